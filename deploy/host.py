@@ -1,0 +1,12 @@
+"""gpunode host tuning only (no kernel cmdline, no reboot): runtime settings + persistence."""
+
+from pyinfra import host, state
+
+from roles.audit.verify import verify_node
+from roles.host_tuning import host_tuning
+from roles.profile.loader import validate_hosts
+
+profile = validate_hosts(state.inventory)[host.name]
+
+host_tuning(profile)
+verify_node(profile)

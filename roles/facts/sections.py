@@ -1,0 +1,46 @@
+"""Sectioned command output: many small reads in one remote command, split apart again."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+MARKER = "@@gpunode:"
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+def section_command(name: str, command: str) -> str:
+    """Shell that prints a marker line, then the output of command (errors silenced)."""
+    return f"echo '{MARKER}{name}'; {{ {command} ; }} 2>/dev/null; echo"
+
+
+def split_sections(text: str) -> dict[str, str]:
+    """Split output produced by section_command() calls back into name -> text."""
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith(MARKER):
+            current = sections.setdefault(line[len(MARKER):].strip(), [])
+        elif current is not None:
+            current.append(line)
+    # section_command() ends each section with an echo, so a file without a final newline
+    # can't swallow the next marker: drop that one added line.
+    return {
+        name: "\n".join(lines[:-1] if lines and lines[-1] == "" else lines)
+        for name, lines in sections.items()
+    }
+
+
+def as_model(model: type[ModelT], value: Any) -> ModelT:
+    """A fact value as its model: real facts return models, test fixtures give plain data."""
+    if isinstance(value, model):
+        return value
+    raw = getattr(value, "data", value)
+    return model.model_validate(raw)
+
+
+def as_models(model: type[ModelT], values: Any) -> list[ModelT]:
+    """A list-valued fact as a list of models (see as_model)."""
+    return [as_model(model, value) for value in getattr(values, "data", values)]

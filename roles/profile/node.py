@@ -1,0 +1,246 @@
+"""NodeProfile: the declared state of one GPU host, validated before any host is touched.
+
+Every default is the inference profile; the figure behind each one is the audit of the 8-GPU
+PCIe node that ran at 3.4% of its theoretical decode speed (see README, "Settings").
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+MAX_READ_REQUEST_SIZES = (128, 256, 512, 1024, 2048, 4096)
+SYSCTL_KEY = re.compile(r"^[a-z0-9_][a-z0-9_\-]*(\.[a-z0-9_][a-z0-9_\-]*)+$")
+MODULE_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
+CMDLINE_KEY = re.compile(r"^[A-Za-z0-9_.\-]+$")
+HEX_ID = re.compile(r"^[0-9a-f]{4}$")
+CLASS_ID = re.compile(r"^[0-9a-f]{2}([0-9a-f]{2})?$")
+
+# Sized for NCCL's socket transport on 100-400 Gb/s links (NCCL falls back to sockets
+# without RDMA): 128 MiB socket buffers let one TCP stream fill a fat pipe at high RTT;
+# the tcp_* triples are min/default/max and autotuning grows into the max.
+NCCL_SOCKET_BUFFER_BYTES = 134217728
+
+DEFAULT_SYSCTLS: dict[str, str] = {
+    # Automatic NUMA balancing migrates pages under the GPUs' pinned buffers: off.
+    "kernel.numa_balancing": "0",
+    # The NMI watchdog fires a perf interrupt on every CPU every few seconds: off.
+    "kernel.nmi_watchdog": "0",
+    # Autogroup regroups inference workers by session and skews their CPU share: off.
+    "kernel.sched_autogroup_enabled": "0",
+    # Keep model weights and KV cache staging buffers in RAM.
+    "vm.swappiness": "10",
+    "net.core.rmem_max": str(NCCL_SOCKET_BUFFER_BYTES),
+    "net.core.wmem_max": str(NCCL_SOCKET_BUFFER_BYTES),
+    "net.core.rmem_default": "16777216",
+    "net.core.wmem_default": "16777216",
+    "net.core.netdev_max_backlog": "250000",
+    "net.ipv4.tcp_rmem": f"4096 87380 {NCCL_SOCKET_BUFFER_BYTES}",
+    "net.ipv4.tcp_wmem": f"4096 65536 {NCCL_SOCKET_BUFFER_BYTES}",
+    "net.ipv4.tcp_mtu_probing": "1",
+}
+
+# Keys whose write the kernel may refuse on some hardware (no perf counters: ENOTSUPP).
+BEST_EFFORT_SYSCTLS = frozenset({"kernel.nmi_watchdog"})
+
+
+class ProfileModel(BaseModel):
+    """Base for every profile model: unknown keys are errors, values are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PcieSelector(ProfileModel):
+    """Which PCIe functions the MaxReadReq setting touches; nothing else is ever written."""
+
+    vendor: str | None = Field(
+        "10de", description="PCI vendor id, 4 lowercase hex digits (10de = NVIDIA); None = any"
+    )
+    device: str | None = Field(None, description="PCI device id, 4 hex digits; None = any")
+    classes: list[str] = Field(
+        ["0300", "0302"],
+        description="PCI class codes (0300 VGA, 0302 3D controller; 2 digits = a whole base "
+        "class). A device matches when its class equals or starts with one of them.",
+    )
+
+    @field_validator("vendor", "device", mode="before")
+    @classmethod
+    def _hex_id(cls, value: object) -> object:
+        if value is None:
+            return None
+        text = str(value).lower().removeprefix("0x")
+        if not HEX_ID.match(text):
+            raise ValueError(f"{value!r} is not a PCI id: use 4 hex digits such as '10de'")
+        return text
+
+    @field_validator("classes", mode="before")
+    @classmethod
+    def _class_ids(cls, value: object) -> object:
+        if not isinstance(value, list) or not value:
+            raise ValueError("give a non-empty list of PCI class codes such as ['0300', '0302']")
+        out = []
+        for item in value:
+            text = str(item).lower().removeprefix("0x")
+            if not CLASS_ID.match(text):
+                raise ValueError(f"{item!r} is not a PCI class code: use 2 or 4 hex digits")
+            out.append(text)
+        return out
+
+
+class NodeProfile(ProfileModel):
+    """The declared tuning of one GPU host. Every field has the inference default."""
+
+    modules: list[str] = Field(
+        ["nvidia_peermem"],
+        description="Kernel modules loaded now and at every boot (/etc/modules-load.d). "
+        "nvidia_peermem (GPUDirect RDMA) is loaded only where an RDMA device exists, "
+        "unless listed in required_modules.",
+    )
+    required_modules: list[str] = Field(
+        [],
+        description="Modules that must load: a missing one fails the run instead of being "
+        "reported as not applicable.",
+    )
+    max_read_request: int = Field(
+        4096, description="PCIe MaxReadReq in bytes for the selected devices (audit: 512)."
+    )
+    pcie_selector: PcieSelector = Field(
+        default_factory=PcieSelector, description="Devices whose MaxReadReq is set."
+    )
+    sysctls: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_SYSCTLS),
+        description="sysctl key -> value. Given keys are merged over the defaults; a value of "
+        "null removes a default.",
+    )
+    max_cstate: int | None = Field(
+        1, description="Deepest C-state allowed (1 = C1). None leaves C-states alone."
+    )
+    cpu_governor: str | None = Field(
+        "performance", description="cpufreq scaling governor; None leaves it alone."
+    )
+    amd_pstate: Literal["active", "passive", "guided"] | None = Field(
+        "active", description="amd_pstate mode put on the cmdline of AMD hosts (audit: "
+        "acpi-cpufreq was in use). Ignored on Intel."
+    )
+    memlock: Literal["unlimited"] | int = Field(
+        "unlimited", description="RLIMIT_MEMLOCK for the host (bytes or 'unlimited')."
+    )
+    cmdline: dict[str, str | None] = Field(
+        {},
+        description="Extra kernel cmdline parameters: key -> value, or null for a bare flag.",
+    )
+    kernel_pin: str | None = Field(
+        None,
+        description="Kernel to keep: a version such as '6.8.12-4-pve', 'running', or None "
+        "for no pin.",
+    )
+    nvidia_driver: str | None = Field(
+        None, description="NVIDIA driver version to hold, e.g. '550.127.05'; None = no pin."
+    )
+    nvidia_driver_change: bool = Field(
+        False,
+        description="Allow installing the pinned driver when another version is installed "
+        "(otherwise the mismatch is only reported).",
+    )
+    reboot: bool = Field(
+        False, description="Allow the deploy to reboot to apply cmdline/kernel changes."
+    )
+    bootloader: Literal["auto", "grub", "systemd-boot"] = Field(
+        "auto", description="How the cmdline is persisted; auto asks proxmox-boot-tool."
+    )
+
+    @field_validator("modules", "required_modules")
+    @classmethod
+    def _module_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if not MODULE_NAME.match(name):
+                raise ValueError(f"{name!r} is not a kernel module name (letters, digits, _ -)")
+        return [name.replace("-", "_") for name in value]
+
+    @field_validator("max_read_request")
+    @classmethod
+    def _mrrs(cls, value: int) -> int:
+        if value not in MAX_READ_REQUEST_SIZES:
+            raise ValueError(f"{value} is not a MaxReadReq size; allowed: {MAX_READ_REQUEST_SIZES}")
+        return value
+
+    @field_validator("sysctls", mode="before")
+    @classmethod
+    def _merge_sysctls(cls, value: object) -> object:
+        if not isinstance(value, dict):
+            raise ValueError("give a mapping of sysctl key -> value")
+        merged = dict(DEFAULT_SYSCTLS)
+        for key, item in value.items():
+            if not isinstance(key, str) or not SYSCTL_KEY.match(key):
+                raise ValueError(f"{key!r} is not a sysctl key such as 'vm.swappiness'")
+            if item is None:
+                merged.pop(key, None)
+            elif isinstance(item, bool) or not isinstance(item, (str, int)):
+                raise ValueError(f"{key}: {item!r} is not a sysctl value (string or integer)")
+            else:
+                merged[key] = " ".join(str(item).split())
+        return merged
+
+    @field_validator("max_cstate")
+    @classmethod
+    def _cstate(cls, value: int | None) -> int | None:
+        if value is not None and value < 0:
+            raise ValueError(f"{value} is below 0; use 0 (poll only), 1 (C1) or deeper")
+        return value
+
+    @field_validator("memlock")
+    @classmethod
+    def _memlock(cls, value: str | int) -> str | int:
+        if isinstance(value, int) and value < 65536:
+            raise ValueError(f"{value} bytes is too small; use 'unlimited' or >= 65536")
+        return value
+
+    @field_validator("cmdline")
+    @classmethod
+    def _cmdline(cls, value: dict[str, str | None]) -> dict[str, str | None]:
+        for key, item in value.items():
+            if not CMDLINE_KEY.match(key):
+                raise ValueError(f"{key!r} is not a kernel parameter name")
+            if item is not None and (not item or any(c.isspace() or c == '"' for c in item)):
+                raise ValueError(f"{key}={item!r}: give a non-empty value without spaces or quotes")
+        return value
+
+    @field_validator("kernel_pin")
+    @classmethod
+    def _kernel_pin(cls, value: str | None) -> str | None:
+        if value in (None, "running"):
+            return value
+        parse_version_prefix(value)
+        return value
+
+    @field_validator("nvidia_driver")
+    @classmethod
+    def _driver(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                Version(value)
+            except InvalidVersion:
+                raise ValueError(f"{value!r} is not a version such as '550.127.05'") from None
+        return value
+
+    @model_validator(mode="after")
+    def _required_are_listed(self) -> NodeProfile:
+        missing = [m for m in self.required_modules if m not in self.modules]
+        if missing:
+            raise ValueError(f"required_modules {missing} are not in modules: add them there")
+        return self
+
+
+def parse_version_prefix(kernel: str) -> Version:
+    """The numeric part of a kernel release ('6.8.12-4-pve' -> 6.8.12.4), or ValueError."""
+    match = re.match(r"^(\d+(?:\.\d+)*)(?:-(\d+))?", kernel)
+    if not match:
+        raise ValueError(f"{kernel!r} is not a kernel version such as '6.8.12-4-pve' or 'running'")
+    numbers = match.group(1) + (f".{match.group(2)}" if match.group(2) else "")
+    try:
+        return Version(numbers)
+    except InvalidVersion:
+        raise ValueError(f"{kernel!r} is not a kernel version such as '6.8.12-4-pve'") from None

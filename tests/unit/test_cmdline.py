@@ -1,0 +1,95 @@
+"""Kernel cmdline tokens and /etc/default/grub edits (Debian's shipped file as input)."""
+
+from pathlib import Path
+
+from roles.facts.cmdline import (
+    edit_grub_default,
+    grub_cmdline_value,
+    merge_cmdline,
+    missing_params,
+    parse_cmdline_sections,
+    split_cmdline,
+)
+from roles.facts.sections import section_command
+from roles.ops.cmdline import set_grub_default_entry
+
+DATA = Path(__file__).parents[1] / "data"
+DEBIAN_GRUB = (DATA / "grub" / "debian12-default-grub").read_text()
+
+
+def test_split_keeps_quoted_values():
+    assert split_cmdline('BOOT_IMAGE=/vmlinuz root=UUID=ab ro dyndbg="file x.c +p" quiet\n') == [
+        "BOOT_IMAGE=/vmlinuz", "root=UUID=ab", "ro", 'dyndbg="file x.c +p"', "quiet"]
+
+
+def test_merge_replaces_in_place_appends_and_never_duplicates():
+    tokens = ["quiet", "processor.max_cstate=5", "iommu=pt", "processor.max_cstate=3"]
+    merged = merge_cmdline(tokens, {"processor.max_cstate": "1", "amd_pstate": "active"})
+    assert merged == ["quiet", "processor.max_cstate=1", "iommu=pt", "amd_pstate=active"]
+    assert merge_cmdline(merged, {"processor.max_cstate": "1", "amd_pstate": "active"}) == merged
+
+
+def test_missing_params():
+    booted = ["ro", "processor.max_cstate=1"]
+    wanted = {"processor.max_cstate": "1", "intel_idle.max_cstate": "1", "nosmt": None}
+    assert missing_params(booted, wanted) == {"intel_idle.max_cstate": "1", "nosmt": None}
+
+
+def test_edit_debian_grub_keeps_every_other_line():
+    tokens = merge_cmdline(split_cmdline(grub_cmdline_value(DEBIAN_GRUB)),
+                           {"processor.max_cstate": "1"})
+    edited = edit_grub_default(DEBIAN_GRUB, tokens)
+    assert grub_cmdline_value(edited) == "quiet processor.max_cstate=1"
+    before, after = DEBIAN_GRUB.splitlines(), edited.splitlines()
+    changed = [(a, b) for a, b in zip(before, after, strict=True) if a != b]
+    assert changed == [('GRUB_CMDLINE_LINUX_DEFAULT="quiet"',
+                        'GRUB_CMDLINE_LINUX_DEFAULT="quiet processor.max_cstate=1"')]
+    assert edit_grub_default(edited, tokens) == edited
+
+
+def test_edit_adds_assignment_when_absent():
+    assert edit_grub_default("GRUB_TIMEOUT=5", ["a=1"]) == (
+        'GRUB_TIMEOUT=5\nGRUB_CMDLINE_LINUX_DEFAULT="a=1"\n')
+
+
+def test_grub_default_entry():
+    entry = "Advanced options for Debian GNU/Linux>Debian GNU/Linux, with Linux 6.1.0-28-amd64"
+    edited = set_grub_default_entry(DEBIAN_GRUB, entry)
+    assert f'GRUB_DEFAULT="{entry}"' in edited.splitlines()
+    assert "GRUB_DEFAULT=0" not in edited.splitlines()
+
+
+def test_parse_sections_grub_host():
+    text = "\n".join([
+        "@@gpunode:proc_cmdline", "BOOT_IMAGE=/boot/vmlinuz root=/dev/vda1 ro quiet", "",
+        "@@gpunode:has_grub", "yes", "",
+        "@@gpunode:grub_default", DEBIAN_GRUB.rstrip("\n"), "",
+        "@@gpunode:has_kernel_cmdline", "",
+        "@@gpunode:kernel_cmdline", "",
+        "@@gpunode:boottool_mode", "",
+    ])
+    state = parse_cmdline_sections(text)
+    assert state.booted[-1] == "quiet"
+    assert state.systemd_boot is False
+    assert state.configured == ["quiet"]
+    assert state.grub_default_text == DEBIAN_GRUB
+    assert state.kernel_cmdline_text is None
+
+
+def test_parse_sections_systemd_boot_host_without_final_newline():
+    text = "\n".join([
+        "@@gpunode:proc_cmdline", "initrd=\\EFI\\proxmox\\initrd.img root=ZFS=rpool/ROOT/pve-1", "",
+        "@@gpunode:has_grub", "",
+        "@@gpunode:grub_default", "",
+        "@@gpunode:has_kernel_cmdline", "yes", "",
+        "@@gpunode:kernel_cmdline", "root=ZFS=rpool/ROOT/pve-1 boot=zfs", "",
+        "@@gpunode:boottool_mode", "uefi", "",
+    ])
+    state = parse_cmdline_sections(text)
+    assert state.systemd_boot is True
+    assert state.configured == ["root=ZFS=rpool/ROOT/pve-1", "boot=zfs"]
+    assert state.grub_default_text is None
+
+
+def test_section_command_ends_with_echo():
+    assert section_command("x", "cat /f").endswith("; echo")

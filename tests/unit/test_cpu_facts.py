@@ -1,0 +1,67 @@
+"""cpuidle / cpufreq parsers on captured sysfs reads."""
+
+from pathlib import Path
+
+from roles.facts.cpu import parse_cpu_sections, parse_idle_states
+from roles.facts.sections import MARKER
+from roles.ops.cpu import cpu_cmdline_params, cpus_by_state, states_to_disable
+
+DATA = Path(__file__).parents[1] / "data" / "cpuidle"
+
+
+def test_intel_icelake_states_and_cap():
+    states = parse_idle_states((DATA / "intel-icelake-tuned-808.txt").read_text())
+    assert [(s.name, s.depth, s.latency_us) for s in states] == [
+        ("POLL", 0, 0), ("C1", 1, 1), ("C1E", 1, 4), ("C6", 6, 170)]
+    assert [s.name for s in states_to_disable(states, 1)] == ["C6"]
+    assert states_to_disable(states, 6) == []
+    assert [s.name for s in states_to_disable(states, 0)] == ["C1", "C1E", "C6"]
+
+
+def test_kvm_guest_haltpoll_state_counts_as_c1():
+    states = parse_idle_states((DATA / "kvm-guest-haltpoll.txt").read_text())
+    assert [(s.cpu, s.name, s.depth) for s in states] == [
+        (0, "POLL", 0), (0, "haltpoll idle", 1), (1, "POLL", 0), (1, "haltpoll idle", 1)]
+    assert states_to_disable(states, 1) == []
+
+
+def test_already_disabled_states_are_left_alone():
+    text = (DATA / "intel-icelake-tuned-808.txt").read_text().replace(
+        "state3/disable:0", "state3/disable:1")
+    assert states_to_disable(parse_idle_states(text), 1) == []
+
+
+def test_group_by_state_index():
+    text = "\n".join(
+        f"/sys/devices/system/cpu/cpu{c}/cpuidle/state2/{f}:{v}"
+        for c in (0, 1, 2) for f, v in (("name", "C2"), ("latency", "100"), ("disable", "0")))
+    assert cpus_by_state(parse_idle_states(text)) == {2: [0, 1, 2]}
+
+
+def _sections(**parts: str) -> str:
+    return "\n".join(f"{MARKER}{name}\n{text}\n" for name, text in parts.items())
+
+
+def test_cpu_sections_amd_host():
+    state = parse_cpu_sections(_sections(
+        vendor="vendor_id\t: AuthenticAMD",
+        idle_driver="acpi_idle",
+        cpufreq_driver="acpi-cpufreq",
+        governors="/sys/devices/system/cpu/cpu0/cpufreq/scaling_governor schedutil\n"
+                  "/sys/devices/system/cpu/cpu1/cpufreq/scaling_governor performance",
+        available_governors="conservative ondemand userspace powersave performance schedutil",
+        max_cstate="processor.max_cstate 9",
+    ))
+    assert state.is_amd and not state.is_intel
+    assert state.governors == {0: "schedutil", 1: "performance"}
+    assert state.max_cstate_params == {"processor.max_cstate": "9"}
+    assert cpu_cmdline_params(state, 1, "active") == {
+        "processor.max_cstate": "1", "amd_pstate": "active"}
+
+
+def test_cpu_sections_empty_node():
+    state = parse_cpu_sections("")
+    assert state.vendor is None and state.idle_states == [] and state.governors == {}
+    assert cpu_cmdline_params(state, 1, "active") == {
+        "processor.max_cstate": "1", "intel_idle.max_cstate": "1"}
+    assert cpu_cmdline_params(state, 0, None) == {"idle": "poll"}

@@ -1,0 +1,82 @@
+"""NodeProfile schema: defaults, merging, and errors that name host, field, value and fix."""
+
+import pytest
+
+from roles.profile.loader import ProfileError, load_profile, validate_hosts
+from roles.profile.node import DEFAULT_SYSCTLS, NodeProfile
+
+
+def test_defaults_are_the_inference_profile():
+    profile = NodeProfile()
+    assert profile.modules == ["nvidia_peermem"]
+    assert profile.max_read_request == 4096
+    assert profile.pcie_selector.vendor == "10de"
+    assert profile.pcie_selector.classes == ["0300", "0302"]
+    assert profile.sysctls["kernel.numa_balancing"] == "0"
+    assert profile.sysctls["vm.swappiness"] == "10"
+    assert profile.max_cstate == 1
+    assert profile.memlock == "unlimited"
+    assert profile.reboot is False
+
+
+def test_sysctls_merge_over_defaults_and_null_removes():
+    profile = load_profile("h1", {"gpunode": {"sysctls": {"vm.swappiness": 1,
+                                                           "kernel.nmi_watchdog": None}}})
+    assert profile.sysctls["vm.swappiness"] == "1"
+    assert "kernel.nmi_watchdog" not in profile.sysctls
+    assert profile.sysctls["kernel.numa_balancing"] == DEFAULT_SYSCTLS["kernel.numa_balancing"]
+
+
+def test_module_names_are_normalised():
+    assert NodeProfile(modules=["nvidia-uvm"]).modules == ["nvidia_uvm"]
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "fragment"),
+    [
+        ({"max_read_request": 3000}, "gpunode.max_read_request", "128, 256, 512, 1024, 2048, 4096"),
+        ({"sysctls": {"Not A Key": 1}}, "gpunode.sysctls", "not a sysctl key"),
+        ({"nvidia_driver": "latest!"}, "gpunode.nvidia_driver", "not a version"),
+        ({"kernel_pin": "newest"}, "gpunode.kernel_pin", "not a kernel version"),
+        ({"max_cstate": -1}, "gpunode.max_cstate", "below 0"),
+        ({"maxreadreq": 4096}, "gpunode.maxreadreq", "unknown key"),
+        ({"pcie_selector": {"vendor": "nvidia"}}, "gpunode.pcie_selector.vendor", "4 hex"),
+        ({"required_modules": ["ib_core"]}, "gpunode", "not in modules"),
+        ({"cmdline": {"iommu": "a b"}}, "gpunode.cmdline", "without spaces"),
+    ],
+)
+def test_bad_input_names_host_field_and_fix(data, field, fragment):
+    with pytest.raises(ProfileError) as error:
+        load_profile("gpu-node-07", {"gpunode": data})
+    message = str(error.value)
+    assert "gpu-node-07" in message
+    assert f"{field}:" in message
+    assert fragment in message
+
+
+def test_yaml_profile_file_with_inline_override(tmp_path):
+    path = tmp_path / "profile.yaml"
+    path.write_text("max_read_request: 2048\nmax_cstate: 2\n")
+    profile = load_profile("h", {"gpunode_profile_file": str(path), "gpunode": {"max_cstate": 1}})
+    assert profile.max_read_request == 2048
+    assert profile.max_cstate == 1
+
+
+def test_unreadable_yaml_file_names_host_and_key(tmp_path):
+    with pytest.raises(ProfileError, match="h: gpunode_profile_file: cannot read"):
+        load_profile("h", {"gpunode_profile_file": str(tmp_path / "missing.yaml")})
+
+
+class _Host:
+    def __init__(self, name, data):
+        self.name, self.data = name, data
+
+
+def test_validate_hosts_reports_every_bad_host_at_once():
+    hosts = [_Host("a", {"gpunode": {"max_read_request": 1}}), _Host("b", {}),
+             _Host("c", {"gpunode": {"vm.swappiness": 1}})]
+    with pytest.raises(ProfileError) as error:
+        validate_hosts(hosts)
+    assert "a: gpunode.max_read_request" in str(error.value)
+    assert "c: gpunode.vm.swappiness" in str(error.value)
+    assert "b:" not in str(error.value)
