@@ -9,4 +9,4 @@ from roles.profile.loader import validate_hosts
 profile = validate_hosts(state.inventory)[host.name]
 
 host_tuning(profile)
-verify_node(profile)
+verify_node(name="Verify the live node against the profile", profile=profile)

@@ -17,4 +17,4 @@ profile = validate_hosts(state.inventory)[host.name]
 
 host_tuning(profile)
 kernel_boot(profile)
-verify_node(profile)
+verify_node(name="Verify the live node against the profile", profile=profile)

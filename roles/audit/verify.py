@@ -1,9 +1,14 @@
-"""The end of every deploy: read the node back and print what is still open."""
+"""The end of every deploy: read the node back and print what is still open.
+
+It is an operation that never yields a command, so a converged node still shows zero changes;
+it reads the live node when it executes, after every other operation of the deploy.
+"""
 
 from __future__ import annotations
 
-from pyinfra import host, logger
-from pyinfra.operations import python
+from pyinfra import host, logger, state
+from pyinfra.api import operation
+from pyinfra.api.state import StateStage
 
 from roles.audit.checks import Check, tuning_checks
 from roles.audit.snapshot import gather_snapshot
@@ -14,7 +19,7 @@ def summary_lines(host_name: str, checks: list[Check]) -> list[str]:
     """One line per check that is not ok, then a count."""
     lines = [
         f"{host_name}: {c.status:5} {c.name}: {c.live}" + (f" -> {c.want}" if c.want else "")
-        + (f" [{c.fix}]" if c.fix and c.status != "ok" else "")
+        + (f" [{c.fix}]" if c.fix else "")
         for c in checks
         if c.status != "ok"
     ]
@@ -24,13 +29,19 @@ def summary_lines(host_name: str, checks: list[Check]) -> list[str]:
     return lines
 
 
-def _verify(profile: NodeProfile) -> None:
+@operation(is_idempotent=True)
+def verify_node(profile: NodeProfile):
+    """
+    Read the live node back and report every setting that differs (changes nothing).
+
+    + profile: the host's NodeProfile
+    """
+    if state.current_stage < StateStage.Execute:
+        host.noop("verify after the other operations ran")
+        return
     checks = tuning_checks(profile, gather_snapshot(profile))
     for line in summary_lines(host.name, checks):
-        (logger.warning if " P0 " in line or " P1 " in line else logger.info)(line)
-
-
-def verify_node(profile: NodeProfile) -> None:
-    """Add an operation that reads the live node back after the deploy and reports."""
-    python.call(name="Verify the live node against the profile", function=_verify,
-                profile=profile)
+        is_open = any(f" {rank} " in line for rank in ("P0", "P1"))
+        (logger.warning if is_open else logger.info)(line)
+    host.noop(f"verified: {sum(c.open for c in checks)} open")
+    yield from ()

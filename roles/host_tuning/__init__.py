@@ -8,7 +8,9 @@ cpufreq governor (sysfs + boot unit; the cmdline half is in roles/kernel), RLIMI
 
 from __future__ import annotations
 
+from pyinfra import host, logger
 from pyinfra.api import deploy
+from pyinfra.facts.files import Directory
 from pyinfra.operations import apt, systemd
 
 from roles.facts.pcie_refusals import REFUSED_DIR
@@ -79,8 +81,16 @@ def tune_devices_and_cpu(profile: NodeProfile) -> None:
                   **boot_script_variables(profile))
     template_file("systemd/gpunode-tune.service.j2", BOOT_UNIT_FILE,
                   after="systemctl daemon-reload", script=BOOT_SCRIPT)
-    systemd.service(name=f"Enable {BOOT_UNIT} (re-applies at boot)", service=BOOT_UNIT,
-                    enabled=True, running=True)
+    if booted_with_systemd():
+        systemd.service(name=f"Enable {BOOT_UNIT} (re-applies at boot)", service=BOOT_UNIT,
+                        enabled=True, running=True)
+    else:
+        logger.warning(f"{host.name}: not booted with systemd; {BOOT_UNIT} written, not enabled")
+
+
+def booted_with_systemd() -> bool:
+    """sd_booted(): /run/systemd/system exists only when systemd is PID 1."""
+    return bool(host.get_fact(Directory, path="/run/systemd/system"))
 
 
 @deploy("gpunode: memlock")

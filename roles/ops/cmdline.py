@@ -97,6 +97,12 @@ def kernel_cmdline(
             return
         host.noop(f"{KERNEL_CMDLINE_FILE} already has the parameters")
         return
+    if state.grub_default_text is None and bootloader == "auto":
+        host.noop(
+            f"no {GRUB_DEFAULT_FILE} or {KERNEL_CMDLINE_FILE} (a container, or a boot this "
+            "tool does not manage): cmdline not persisted; set bootloader to force"
+        )
+        return
     if state.grub_default_text is None:
         raise OperationError(
             f"{host.name}: bootloader: no {GRUB_DEFAULT_FILE} on this host; install grub "

@@ -122,8 +122,9 @@ class NodeProfile(ProfileModel):
         "performance", description="cpufreq scaling governor; None leaves it alone."
     )
     amd_pstate: Literal["active", "passive", "guided"] | None = Field(
-        "active", description="amd_pstate mode put on the cmdline of AMD hosts (audit: "
-        "acpi-cpufreq was in use). Ignored on Intel."
+        "active",
+        description="amd_pstate mode put on the cmdline of AMD hosts (audit: "
+        "acpi-cpufreq was in use). Ignored on Intel.",
     )
     memlock: Literal["unlimited"] | int = Field(
         "unlimited", description="RLIMIT_MEMLOCK for the host (bytes or 'unlimited')."

@@ -1,0 +1,268 @@
+"""Proxmox VE version and boot-loader state.
+
+- `parse_pveversion()`: `pveversion` ("pve-manager/8.2.4/faa83925c9641325 (running kernel:
+  6.8.12-1-pve)", PVE 7 prints "pve-manager/7.4-3/9002ab8a ...") and the first two lines of
+  `pveversion -v` ("proxmox-ve: 8.3.0 (running kernel: ...)", "pve-manager: 8.3.2 (running
+  version: 8.3.2/...)").
+- `parse_proxmox_boot_tool_status()`: which boot loader the kernel command line belongs to.
+- `parse_proxmox_kernel_list()`: kernels kept on the ESPs and the pinned one.
+
+Boot loader decision (`BootToolStatus.mode`), from proxmox-boot-tool's own logic
+(proxmox-kernel-helper, `_status_detail`: an ESP is reported "uefi" when it holds
+systemd-boot's loader.conf, "grub" when it holds a grub directory):
+
+| status output                                          | mode           | managed |
+|--------------------------------------------------------|----------------|---------|
+| an ESP "is configured with: uefi (versions: ...)"      | "systemd-boot" | True    |
+|   ... unless "System currently booted with legacy bios"| "grub"         | True    |
+| ESPs "configured with: grub (versions: ...)" only      | "grub"         | True    |
+| "E: /etc/kernel/proxmox-boot-uuids does not exist."    | "grub"         | False   |
+| anything else from the tool                            | "unknown"      | False   |
+| no output at all (tool missing: not a PVE host)        | None, present=False      |
+
+"Does not exist" is what every ext4/xfs (LVM) install prints: the ESP list was never created
+because the plain Debian GRUB boots the host, so the command line lives in /etc/default/grub
+and update-grub applies it. With "systemd-boot" the command line is /etc/kernel/cmdline and
+`proxmox-boot-tool refresh` applies it; with a managed "grub" (ZFS on legacy BIOS or with
+Secure Boot) it is /etc/default/grub, then `proxmox-boot-tool refresh` (which runs
+update-grub for the ESPs).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from pyinfra.api import FactBase
+
+__all__ = [
+    "BOOT_TOOL_SECTION_MARKER",
+    "BootToolStatus",
+    "ProxmoxBootInfo",
+    "ProxmoxBootTool",
+    "PveVersion",
+    "PveVersionFact",
+    "parse_proxmox_boot_tool",
+    "parse_proxmox_boot_tool_status",
+    "parse_proxmox_kernel_list",
+    "parse_pveversion",
+]
+
+
+class PveVersion(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    present: bool
+    manager_version: str | None = None
+    """pve-manager version: "8.2.4" (PVE 8+) or "7.4-3" (PVE 7 style)."""
+    running_kernel: str | None = None
+    """"6.8.12-1-pve"."""
+
+    def to_json(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+class BootToolStatus(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    present: bool
+    """proxmox-boot-tool exists (the host is Proxmox VE)."""
+    mode: Literal["grub", "systemd-boot", "unknown"] | None = None
+    esps: list[str] = Field(default_factory=list)
+    """VFAT UUIDs of the synced ESPs ("6D31-87F4"), in output order."""
+    managed: bool = False
+    """ESPs are kept in sync by proxmox-boot-tool (apply cmdline with `... refresh`)."""
+    booted_uefi: bool | None = None
+    """"System currently booted with uefi" (True) / "legacy bios" (False); None if unsaid."""
+    kernels_on_esps: list[str] = Field(default_factory=list)
+    """Kernel versions found on the ESPs (union, output order)."""
+
+    def to_json(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+class ProxmoxBootInfo(BaseModel):
+    """`proxmox-boot-tool status` and `proxmox-boot-tool kernel list` together."""
+
+    model_config = ConfigDict(frozen=True)
+
+    status: BootToolStatus
+    kernels: list[str] = Field(default_factory=list)
+    """Manually plus automatically selected kernels."""
+    pinned: str | None = None
+    next_boot: str | None = None
+    """"Kernel pinned on next-boot" (`kernel pin VER --next-boot`)."""
+
+    def to_json(self) -> dict:
+        return self.model_dump(mode="json")
+
+
+# --- pveversion ----------------------------------------------------------------------------
+
+_MANAGER_SHORT_RE = re.compile(r"pve-manager/(?P<version>[0-9][^/\s]*)")
+_MANAGER_LONG_RE = re.compile(r"^pve-manager:\s*(?P<version>[0-9]\S*)", re.MULTILINE)
+_RUNNING_KERNEL_RE = re.compile(r"\(running kernel:\s*(?P<kernel>[^)\s]+)\s*\)")
+
+
+def parse_pveversion(text: str) -> PveVersion:
+    """Parse `pveversion` or `pveversion -v`; present=False when neither form is found."""
+    if not text:
+        return PveVersion(present=False)
+    manager = _MANAGER_SHORT_RE.search(text) or _MANAGER_LONG_RE.search(text)
+    kernel = _RUNNING_KERNEL_RE.search(text)
+    if manager is None and kernel is None:
+        return PveVersion(present=False)
+    return PveVersion(
+        present=True,
+        manager_version=manager.group("version") if manager else None,
+        running_kernel=kernel.group("kernel") if kernel else None,
+    )
+
+
+# --- proxmox-boot-tool status ----------------------------------------------------------------
+
+_ESP_RE = re.compile(
+    r"^(?P<uuid>[0-9A-Fa-f]{4}-[0-9A-Fa-f]{4})\s+is configured with:\s*(?P<what>.*)$"
+)
+_LOADER_RE = re.compile(r"(?P<loader>uefi|grub)\s*\(versions:\s*(?P<versions>[^)]*)\)")
+_NOT_CONFIGURED = "proxmox-boot-uuids does not exist"
+
+
+def parse_proxmox_boot_tool_status(text: str) -> BootToolStatus:
+    """Parse `proxmox-boot-tool status 2>&1` (see the module docstring for the mode table)."""
+    if not text or not text.strip():
+        return BootToolStatus(present=False)
+    booted_uefi: bool | None = None
+    esps: list[str] = []
+    loaders: set[str] = set()
+    kernels: list[str] = []
+    not_configured = False
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("System currently booted with"):
+            booted_uefi = "uefi" in line
+            continue
+        if _NOT_CONFIGURED in line and line.startswith("E:"):
+            not_configured = True
+            continue
+        esp = _ESP_RE.match(line)
+        if not esp:
+            continue
+        if esp.group("uuid") not in esps:
+            esps.append(esp.group("uuid"))
+        for loader in _LOADER_RE.finditer(esp.group("what")):
+            loaders.add(loader.group("loader"))
+            for version in loader.group("versions").split(","):
+                version = version.strip()
+                if version and version not in kernels:
+                    kernels.append(version)
+    mode: Literal["grub", "systemd-boot", "unknown"]
+    managed = bool(esps)
+    if esps and "uefi" in loaders and booted_uefi is not False:
+        mode = "systemd-boot"
+    elif (esps and loaders) or (not_configured and not esps):
+        mode = "grub"
+    else:
+        mode = "unknown"
+    return BootToolStatus(
+        present=True,
+        mode=mode,
+        esps=esps,
+        managed=managed,
+        booted_uefi=booted_uefi,
+        kernels_on_esps=kernels,
+    )
+
+
+# --- proxmox-boot-tool kernel list ---------------------------------------------------------------
+
+_SECTION_HEADERS = {
+    "Manually selected kernels:": "manual",
+    "Automatically selected kernels:": "auto",
+    "Pinned kernel:": "pinned",
+    "Kernel pinned on next-boot:": "next_boot",
+}
+
+
+def _kernel_list_sections(text: str) -> dict[str, list[str]]:
+    sections: dict[str, list[str]] = {}
+    current: str | None = None
+    for raw in (text or "").splitlines():
+        line = raw.strip()
+        if not line:
+            continue
+        if line in _SECTION_HEADERS:
+            current = _SECTION_HEADERS[line]
+            sections.setdefault(current, [])
+            continue
+        if current is None or line == "None." or " " in line:
+            continue
+        sections[current].append(line)
+    return sections
+
+
+def parse_proxmox_kernel_list(text: str) -> tuple[list[str], str | None]:
+    """(manually + automatically selected kernels, pinned kernel or None)."""
+    sections = _kernel_list_sections(text)
+    kernels: list[str] = []
+    for key in ("manual", "auto"):
+        for kernel in sections.get(key, []):
+            if kernel not in kernels:
+                kernels.append(kernel)
+    pinned = sections.get("pinned") or [None]
+    return kernels, pinned[0]
+
+
+BOOT_TOOL_SECTION_MARKER = "--- gpunode: proxmox-boot-tool kernel list ---"
+
+
+def parse_proxmox_boot_tool(text: str) -> ProxmoxBootInfo:
+    """Parse the `ProxmoxBootTool` fact output: status, the marker line, then kernel list."""
+    status_text, _, list_text = (text or "").partition(BOOT_TOOL_SECTION_MARKER)
+    status = parse_proxmox_boot_tool_status(status_text)
+    kernels, pinned = parse_proxmox_kernel_list(list_text)
+    next_boot = (_kernel_list_sections(list_text).get("next_boot") or [None])[0]
+    if not status.present and (kernels or pinned):
+        status = BootToolStatus(present=True, mode="unknown")
+    return ProxmoxBootInfo(status=status, kernels=kernels, pinned=pinned, next_boot=next_boot)
+
+
+# --- facts -------------------------------------------------------------------------------------
+
+
+class PveVersionFact(FactBase):
+    """`pveversion` as `PveVersion`; present=False on hosts without Proxmox VE."""
+
+    @staticmethod
+    def default() -> PveVersion:
+        return PveVersion(present=False)
+
+    def command(self) -> str:
+        return "command -v pveversion >/dev/null 2>&1 && pveversion 2>/dev/null || true"
+
+    def process(self, output: list[str]) -> PveVersion:
+        return parse_pveversion("\n".join(output))
+
+
+class ProxmoxBootTool(FactBase):
+    """`proxmox-boot-tool status` + `kernel list` in one round trip, as `ProxmoxBootInfo`.
+
+    Needs root (status mounts the ESPs). Without proxmox-boot-tool: status.present=False.
+    """
+
+    @staticmethod
+    def default() -> ProxmoxBootInfo:
+        return ProxmoxBootInfo(status=BootToolStatus(present=False))
+
+    def command(self) -> str:
+        return (
+            "if command -v proxmox-boot-tool >/dev/null 2>&1; then "
+            "proxmox-boot-tool status 2>&1; "
+            f"echo '{BOOT_TOOL_SECTION_MARKER}'; "
+            "proxmox-boot-tool kernel list 2>&1; "
+            "fi; true"
+        )
+
+    def process(self, output: list[str]) -> ProxmoxBootInfo:
+        return parse_proxmox_boot_tool("\n".join(output))
