@@ -46,7 +46,7 @@ class NvidiaGpu(BaseModel):
     """Position in nvidia-smi's report (what `nvidia-smi -i N` means)."""
     name: str
     pci_bdf: str
-    """"0000:01:00.0" (nvidia-smi prints an 8-digit domain, "00000000:01:00.0")."""
+    """Normalized BDF, "0000:01:00.0" (nvidia-smi prints "00000000:01:00.0")."""
     uuid: str
     minor_number: int | None = None
     """N of /dev/nvidiaN (may differ from index)."""
@@ -223,7 +223,7 @@ _PROC_VERSION_RE = re.compile(
 
 
 def parse_nvidia_proc_version(text: str) -> str | None:
-    """ "550.54.15" from /proc/driver/nvidia/version; None when no module is loaded."""
+    """Module version ("550.54.15") from /proc/driver/nvidia/version; None if not loaded."""
     if not text:
         return None
     match = _PROC_VERSION_RE.search(text)

@@ -46,7 +46,7 @@ class PcieDevice(BaseModel):
     """Lowercase hex ("10de"); "" when the output was produced without `-nn`."""
     device_id: str
     class_id: str
-    """"0302" from "3D controller [0302]"; "" without `-nn`."""
+    """Class id, "0302" from "3D controller [0302]"; "" without `-nn`."""
     name: str
     """Human description: vendor and device ("NVIDIA Corporation GA102 [GeForce RTX 3090]")."""
     class_name: str = ""
@@ -66,7 +66,7 @@ class PcieDevice(BaseModel):
     resizable_bar: list[str] | None = None
     """Current sizes from "Physical Resizable BAR" ("64GB"...), in BAR order; None without."""
     driver: str | None = None
-    """"Kernel driver in use"."""
+    """Driver from the "Kernel driver in use" line."""
     numa_node: int | None = None
     iommu_group: int | None = None
     caps_access_denied: bool = False
@@ -99,7 +99,7 @@ _FLAG_RE = re.compile(r"(?P<name>[A-Za-z][A-Za-z0-9_]*)(?P<sign>[+-])(?=\s|$|,)"
 
 
 def normalize_bdf(bdf: str) -> str:
-    """ "41:00.0" -> "0000:41:00.0"; "00000000:01:00.0" (nvidia-smi) -> "0000:01:00.0"."""
+    """Lowercase BDF with a 4-digit domain: "41:00.0" and "00000000:41:00.0" -> "0000:41:00.0"."""
     value = bdf.strip().lower()
     parts = value.split(":")
     if len(parts) == 2:

@@ -57,7 +57,7 @@ class PveVersion(BaseModel):
     manager_version: str | None = None
     """pve-manager version: "8.2.4" (PVE 8+) or "7.4-3" (PVE 7 style)."""
     running_kernel: str | None = None
-    """"6.8.12-1-pve"."""
+    """Running kernel, "6.8.12-1-pve"."""
 
     def to_json(self) -> dict:
         return self.model_dump(mode="json")
@@ -74,7 +74,7 @@ class BootToolStatus(BaseModel):
     managed: bool = False
     """ESPs are kept in sync by proxmox-boot-tool (apply cmdline with `... refresh`)."""
     booted_uefi: bool | None = None
-    """"System currently booted with uefi" (True) / "legacy bios" (False); None if unsaid."""
+    """True for "System currently booted with uefi", False for "legacy bios", else None."""
     kernels_on_esps: list[str] = Field(default_factory=list)
     """Kernel versions found on the ESPs (union, output order)."""
 
@@ -92,7 +92,7 @@ class ProxmoxBootInfo(BaseModel):
     """Manually plus automatically selected kernels."""
     pinned: str | None = None
     next_boot: str | None = None
-    """"Kernel pinned on next-boot" (`kernel pin VER --next-boot`)."""
+    """The "Kernel pinned on next-boot" entry (`kernel pin VER --next-boot`)."""
 
     def to_json(self) -> dict:
         return self.model_dump(mode="json")

@@ -15,12 +15,63 @@ from pyinfra.operations import server
 
 from roles.facts.cmdline import CmdlineState, KernelCmdline, missing_params
 from roles.facts.cpu import CpuPower, CpuState
+from roles.facts.kernels import InstalledKernels, KernelPackages
+from roles.facts.proxmox import ProxmoxBootInfo, ProxmoxBootTool, PveVersion, PveVersionFact
 from roles.facts.sections import as_model
+from roles.ops import proxmox
+from roles.ops.apt import apt_hold
 from roles.ops.cmdline import kernel_cmdline
 from roles.ops.cpu import cpu_cmdline_params
+from roles.profile.loader import ProfileError
 from roles.profile.node import NodeProfile
 
 REBOOT_TIMEOUT_S = 900
+
+
+DEBIAN_GRUB_ENTRY = "Advanced options for Debian GNU/Linux>Debian GNU/Linux, with Linux {version}"
+
+
+class KernelPin(BaseModel):
+    """The kernel to keep and how: Proxmox's pin, or GRUB_DEFAULT; apt holds either way."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: str
+    packages: list[str]
+    proxmox: bool
+    running: str
+
+    @property
+    def grub_entry(self) -> str | None:
+        return None if self.proxmox else DEBIAN_GRUB_ENTRY.format(version=self.version)
+
+
+def plan_kernel_pin(
+    host_name: str, pin: str | None, kernels: KernelPackages, is_proxmox: bool
+) -> KernelPin | None:
+    """Resolve 'running' and check the pinned kernel is installed (else a ProfileError)."""
+    if pin is None:
+        return None
+    version = kernels.running if pin == "running" else pin
+    packages = sorted(p for p, v in kernels.packages.items() if v == version)
+    if version not in kernels.installed or not packages:
+        installed = ", ".join(kernels.installed) or "none found by dpkg"
+        raise ProfileError(
+            f"{host_name}: gpunode.kernel_pin: {version!r} is not an installed kernel "
+            f"(installed: {installed}); install it first or pin one of these"
+        )
+    return KernelPin(version=version, packages=packages, proxmox=is_proxmox,
+                     running=kernels.running)
+
+
+def kernel_pin_for_host(profile: NodeProfile) -> KernelPin | None:
+    if profile.kernel_pin is None:
+        return None
+    kernels = as_model(KernelPackages, host.get_fact(InstalledKernels))
+    pve = as_model(PveVersion, host.get_fact(PveVersionFact))
+    boot = as_model(ProxmoxBootInfo, host.get_fact(ProxmoxBootTool))
+    return plan_kernel_pin(host.name, profile.kernel_pin, kernels,
+                           pve.present or boot.status.present)
 
 
 class BootPlan(BaseModel):
@@ -47,13 +98,14 @@ def boot_plan(profile: NodeProfile) -> BootPlan:
     return BootPlan(params=params, pending=missing_params(booted, params))
 
 
-def pending_reboot_reasons(profile: NodeProfile) -> list[str]:
+def pending_reboot_reasons(plan: BootPlan, pin: KernelPin | None) -> list[str]:
     """Why this host needs a reboot to reach its profile (empty when it doesn't)."""
-    plan = boot_plan(profile)
     reasons = []
     if plan.pending:
         tokens = " ".join(k if v is None else f"{k}={v}" for k, v in plan.pending.items())
         reasons.append(f"cmdline not active yet: {tokens}")
+    if pin and pin.version != pin.running:
+        reasons.append(f"kernel {pin.version} pinned, {pin.running} running")
     return reasons
 
 
@@ -61,13 +113,20 @@ def pending_reboot_reasons(profile: NodeProfile) -> list[str]:
 def kernel_boot(profile: NodeProfile) -> None:
     """Persist boot parameters; reboot if they are not live and the profile allows it."""
     plan = boot_plan(profile)
-    if plan.params:
+    pin = kernel_pin_for_host(profile)
+    if pin:
+        apt_hold(name=f"Hold kernel {pin.version} packages", packages=pin.packages)
+        if pin.proxmox:
+            proxmox.kernel_pin(name=f"Pin kernel {pin.version}", version=pin.version)
+    grub_entry = pin.grub_entry if pin else None
+    if plan.params or grub_entry:
         kernel_cmdline(
-            name="Persist kernel cmdline parameters",
+            name="Persist kernel cmdline" + (" and default kernel" if grub_entry else ""),
             params=plan.params,
             bootloader=profile.bootloader,
+            grub_default_entry=grub_entry,
         )
-    reasons = pending_reboot_reasons(profile)
+    reasons = pending_reboot_reasons(plan, pin)
     if reasons and profile.reboot:
         server.reboot(
             name=f"Reboot to apply: {'; '.join(reasons)}",

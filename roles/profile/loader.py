@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 from pydantic import ValidationError
+from pyinfra.api.exceptions import PyinfraError
 
 from roles.profile.node import NodeProfile
 
@@ -15,7 +16,7 @@ PROFILE_DATA_KEY = "gpunode"
 PROFILE_FILE_KEY = "gpunode_profile_file"
 
 
-class ProfileError(ValueError):
+class ProfileError(PyinfraError, ValueError):
     """A profile that can't be used; the message names host, field, bad value and the fix."""
 
 

@@ -1,0 +1,23 @@
+"""Proxmox VE boot operations: `proxmox-boot-tool kernel pin`."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import StringCommand, operation
+
+from roles.facts.proxmox import ProxmoxBootInfo, ProxmoxBootTool
+from roles.facts.sections import as_model
+
+
+@operation()
+def kernel_pin(version: str):
+    """
+    Pin the kernel Proxmox boots by default (`proxmox-boot-tool kernel pin`).
+
+    + version: kernel release, e.g. 6.8.12-4-pve
+    """
+    info = as_model(ProxmoxBootInfo, host.get_fact(ProxmoxBootTool))
+    if info.pinned == version:
+        host.noop(f"kernel {version} already pinned")
+        return
+    yield StringCommand("proxmox-boot-tool", "kernel", "pin", version)
