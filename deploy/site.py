@@ -11,10 +11,12 @@ from pyinfra import host, state
 from roles.audit.verify import verify_node
 from roles.host_tuning import host_tuning
 from roles.kernel import kernel_boot
+from roles.nvidia_driver import nvidia_driver
 from roles.profile.loader import validate_hosts
 
 profile = validate_hosts(state.inventory)[host.name]
 
 host_tuning(profile)
+nvidia_driver(profile)
 kernel_boot(profile)
 verify_node(name="Verify the live node against the profile", profile=profile)

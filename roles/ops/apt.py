@@ -16,7 +16,7 @@ def apt_hold(packages: list[str], held: bool = True):
     + packages: package names
     + held: True to hold, False to release the hold
     """
-    holds = set(getattr(host.get_fact(AptHolds), "data", None) or host.get_fact(AptHolds) or [])
+    holds = set(host.get_fact(AptHolds) or [])
     todo = [p for p in packages if (p in holds) != held]
     if todo:
         yield StringCommand("apt-mark", "hold" if held else "unhold", *todo)

@@ -141,6 +141,11 @@ class NodeProfile(ProfileModel):
     nvidia_driver: str | None = Field(
         None, description="NVIDIA driver version to hold, e.g. '550.127.05'; None = no pin."
     )
+    nvidia_packages: list[str] = Field(
+        ["nvidia-driver"],
+        description="Driver packages to install when nvidia_driver_change allows it and no "
+        "NVIDIA package is installed yet (Debian: nvidia-driver; CUDA repo: cuda-drivers).",
+    )
     nvidia_driver_change: bool = Field(
         False,
         description="Allow installing the pinned driver when another version is installed "

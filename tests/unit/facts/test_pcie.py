@@ -11,7 +11,7 @@ def by_bdf(devices: list[PcieDevice]) -> dict[str, PcieDevice]:
     return {d.bdf: d for d in devices}
 
 
-def test_rtx3090_server_gpu_and_its_root_port():
+def test_rtx3090_server_gpu_and_a_root_port():
     devices = by_bdf(parse_lspci_vvv(read("pcie/lspci_vvnn_g482z54_rtx3090.txt")))
     assert list(devices) == ["0000:40:08.0", "0000:40:08.1", "0000:41:00.0", "0000:41:00.1"]
 
@@ -35,7 +35,9 @@ def test_rtx3090_server_gpu_and_its_root_port():
     port = devices["0000:40:08.1"]
     assert port.class_id == "0604"
     assert port.devcap_max_payload == 512
-    assert port.devctl_max_payload == 128  # root port runs MPS 128 while the GPU says 256
+    # A root port of the same root complex (secondary bus 43, not the GPU's bus 41):
+    # it runs MPS 128 although it could do 512.
+    assert port.devctl_max_payload == 128
     assert port.devctl_max_read_req == 512
     assert port.driver == "pcieport"
     assert port.acs_ctl == {
