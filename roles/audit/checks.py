@@ -1,46 +1,51 @@
 """Checks: profile vs live node, each with a status, the live value and the exact fix.
 
-Status ranks follow the node report: P0 fixable at runtime, P1 needs a reboot, P2 minor;
-"limit" is the hardware's own limit (nobody should chase it), "n/a" is not applicable here.
+Status ranks follow the node report (roles.audit.model): P0 fixable at runtime, P1 needs a
+reboot, P2 minor; "limit" is the hardware's own limit (nobody should chase it), "n/a" is not
+applicable or not present here.
+
+- `tuning_checks(profile, snap)`: every setting of the profile against the live node (what
+  deploy/site.py converges);
+- `audit_checks(profile, snap)`: those plus the hardware, GPU, driver, kernel and container
+  checks of the readiness audit (roles.audit.gpu_checks, roles.audit.system_checks).
 """
 
 from __future__ import annotations
 
-from typing import Literal
-
-from pydantic import BaseModel, ConfigDict
-
+from roles.audit.gpu_checks import (
+    check_acs,
+    check_gpu_inventory,
+    check_gpu_state,
+    check_iommu,
+    check_max_payload,
+    check_nvlink,
+    check_pcie_links,
+    check_rebar,
+)
+from roles.audit.model import DEPLOY_FIX, STATUSES, Check, Status, ok
 from roles.audit.snapshot import NodeSnapshot
+from roles.audit.system_checks import (
+    check_containers,
+    check_driver,
+    check_kernel,
+    check_proxmox,
+)
 from roles.facts.cmdline import format_param, missing_params
 from roles.facts.kernel_params import normalize_sysctl_value
 from roles.ops.cpu import cpu_cmdline_params, states_to_disable
 from roles.ops.modules import plan_modules
-from roles.ops.pcie import selected_devices
+from roles.ops.pcie import selected_devices, setpci_mrrs_argument
 from roles.profile.node import NodeProfile
 
-Status = Literal["ok", "P0", "P1", "P2", "limit", "n/a"]
-DEPLOY_FIX = "run deploy/site.py"
-
-
-class Check(BaseModel):
-    """One line of the report."""
-
-    model_config = ConfigDict(frozen=True)
-
-    name: str
-    status: Status
-    live: str
-    want: str = ""
-    fix: str = ""
-    deploy_fixes: bool = False
-
-    @property
-    def open(self) -> bool:
-        return self.status in ("P0", "P1")
-
-
-def ok(name: str, live: str, want: str = "") -> Check:
-    return Check(name=name, status="ok", live=live, want=want)
+__all__ = [
+    "DEPLOY_FIX",
+    "STATUSES",
+    "Check",
+    "Status",
+    "audit_checks",
+    "ok",
+    "tuning_checks",
+]
 
 
 def check_sysctls(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
@@ -91,7 +96,7 @@ def check_max_read_request(profile: NodeProfile, snap: NodeSnapshot) -> list[Che
                                 f"(reads {d.devctl_max_read_req})"))
         else:
             checks.append(Check(name=name, status="P0", live=live, want=f"{size} bytes",
-                                fix=f"setpci -s {d.bdf} CAP_EXP+8.w (bits 14:12) "
+                                fix=f"setpci -s {d.bdf} {setpci_mrrs_argument(size)} "
                                 f"({DEPLOY_FIX})", deploy_fixes=True))
     return checks
 
@@ -132,16 +137,31 @@ def check_cmdline(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
     checks = []
     not_configured = missing_params(snap.cmdline.configured, wanted)
     not_booted = missing_params(snap.cmdline.booted, wanted)
+    no_config = (snap.cmdline.grub_default_text is None
+                 and snap.cmdline.kernel_cmdline_text is None)
     for key, value in wanted.items():
         token = format_param(key, value)
         name = f"cmdline {key}"
-        if key in not_configured:
+        if no_config and key not in not_booted:
+            checks.append(ok(name, token, token))
+        elif no_config:
+            if profile.bootloader == "auto":
+                checks.append(Check(name=name, status="n/a", want=token,
+                                    live="no bootloader config here (/etc/default/grub, "
+                                    "/etc/kernel/cmdline): the cmdline is not managed on "
+                                    "this node"))
+            else:
+                checks.append(Check(name=name, status="P1", live="no bootloader config",
+                                    want=token, fix=f"bootloader: {profile.bootloader} but "
+                                    "its config file is missing: fix the profile or the node"))
+        elif key in not_configured:
             checks.append(Check(name=name, status="P1", live="not configured", want=token,
                                 fix=f"add {token} to the bootloader config, reboot "
                                 f"({DEPLOY_FIX})", deploy_fixes=True))
         elif key in not_booted:
             checks.append(Check(name=name, status="P1", live="configured, pending reboot",
-                                want=token, fix="reboot", deploy_fixes=profile.reboot))
+                                want=token, fix="reboot", deploy_fixes=profile.reboot,
+                                pending="reboot"))
         else:
             checks.append(ok(name, token, token))
     return checks
@@ -169,4 +189,32 @@ def tuning_checks(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
         *check_governor(profile, snap),
         *check_cmdline(profile, snap),
         *check_memlock(profile, snap),
+    ]
+
+
+def audit_checks(
+    profile: NodeProfile,
+    snap: NodeSnapshot,
+    container_memlock: dict[int, str | int] | None = None,
+) -> list[Check]:
+    """The readiness audit: the profile's settings, then the node's hardware, GPUs, driver,
+    kernel and containers. Pure: the same snapshot always gives the same report.
+
+    `container_memlock` maps vmid -> declared memlock (ContainerSpec.memlock); GPU containers
+    not listed want 'unlimited'.
+    """
+    return [
+        *tuning_checks(profile, snap),
+        *check_iommu(profile, snap),
+        *check_gpu_inventory(snap),
+        *check_pcie_links(snap),
+        *check_max_payload(snap),
+        *check_acs(snap),
+        *check_rebar(snap),
+        *check_gpu_state(snap),
+        *check_nvlink(snap),
+        *check_driver(profile, snap),
+        *check_kernel(profile, snap),
+        *check_proxmox(snap),
+        *check_containers(snap, container_memlock),
     ]

@@ -1,15 +1,32 @@
-"""NodeSnapshot: everything the checks read from one live node, gathered in one place."""
+"""NodeSnapshot: everything the checks read from one live node, gathered in one place.
+
+The tuning fields (cmdline, cpu, kernel, pcie, mrrs_refused) are always read. The audit fields
+(IOMMU, PCI topology, NVIDIA report, NVLink, driver, kernels, Proxmox, containers) come from
+one more command (roles.audit.facts.AuditFacts); a snapshot built without them (None) gets
+"not read" for the checks that need them. Every fact is read-only.
+"""
 
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 from pyinfra import host
 
+from roles.audit.facts import (
+    AuditExtras,
+    AuditFacts,
+    ContainerState,
+    GpuDetails,
+    IommuState,
+    NvlinkGpu,
+)
 from roles.facts.cmdline import CmdlineState, KernelCmdline
 from roles.facts.cpu import CpuPower, CpuState
 from roles.facts.kernel_params import KernelParams, KernelParamsState
+from roles.facts.kernels import KernelPackages
+from roles.facts.nvidia import NvidiaSmiReport
 from roles.facts.pcie import PcieDevice, PcieDevices
 from roles.facts.pcie_refusals import MaxReadReqRefusals
+from roles.facts.proxmox import PveVersion
 from roles.facts.sections import as_model, as_models
 from roles.profile.node import NodeProfile
 
@@ -25,16 +42,58 @@ class NodeSnapshot(BaseModel):
     pcie: list[PcieDevice]
     mrrs_refused: dict[str, int] = {}
 
+    # Audit fields: None = not read (the tuning-only snapshot of older callers).
+    iommu: IommuState | None = None
+    pci_paths: dict[str, list[str]] | None = None
+    """{bdf: upstream bridges, root first} from sysfs; None/{} when unknown."""
+    nvidia: NvidiaSmiReport | None = None
+    gpu_details: dict[str, GpuDetails] = {}
+    nvlink: list[NvlinkGpu] | None = None
+    driver_loaded: str | None = None
+    """Version of the loaded nvidia kernel module (/proc/driver/nvidia/version)."""
+    driver_packages: dict[str, str] | None = None
+    kernels: KernelPackages | None = None
+    pve: PveVersion | None = None
+    boot_pinned: str | None = None
+    """proxmox-boot-tool's pinned kernel."""
+    containers: list[ContainerState] | None = None
+    """None where pct is missing (not Proxmox) or the audit fields were not read."""
+
+    @property
+    def audited(self) -> bool:
+        return self.nvidia is not None
+
+
+def with_extras(snap: NodeSnapshot, extras: AuditExtras) -> NodeSnapshot:
+    """The snapshot with the audit fields filled from an AuditFacts result."""
+    return snap.model_copy(
+        update={
+            "iommu": extras.iommu,
+            "pci_paths": extras.pci_paths,
+            "nvidia": extras.nvidia,
+            "gpu_details": extras.gpu_details,
+            "nvlink": extras.nvlink,
+            "driver_loaded": extras.driver_loaded,
+            "driver_packages": extras.driver_packages,
+            "kernels": extras.kernels,
+            "pve": extras.pve,
+            "boot_pinned": extras.boot_pinned,
+            "containers": extras.containers,
+        }
+    )
+
 
 def gather_snapshot(profile: NodeProfile) -> NodeSnapshot:
-    """Read the live node through the facts (the current pyinfra host)."""
+    """Read the live node through the facts (the current pyinfra host): six read-only
+    commands (cmdline, CPU, kernel parameters, lspci, MaxReadReq refusals, AuditFacts)."""
     kernel = host.get_fact(
         KernelParams, sysctl_keys=sorted(profile.sysctls), modules=sorted(profile.modules)
     )
-    return NodeSnapshot(
+    snap = NodeSnapshot(
         cmdline=as_model(CmdlineState, host.get_fact(KernelCmdline)),
         cpu=as_model(CpuState, host.get_fact(CpuPower)),
         kernel=as_model(KernelParamsState, kernel),
         pcie=as_models(PcieDevice, host.get_fact(PcieDevices)),
         mrrs_refused=dict(host.get_fact(MaxReadReqRefusals) or {}),
     )
+    return with_extras(snap, as_model(AuditExtras, host.get_fact(AuditFacts)))

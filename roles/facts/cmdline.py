@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict
 from pyinfra.api import FactBase
 
-from roles.facts.sections import section_command, split_sections
+from roles.facts.sections import FactModel, section_command, split_sections
 
 GRUB_DEFAULT_FILE = "/etc/default/grub"
 KERNEL_CMDLINE_FILE = "/etc/kernel/cmdline"
@@ -15,10 +14,9 @@ GRUB_CMDLINE_VAR = "GRUB_CMDLINE_LINUX_DEFAULT"
 _ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 
 
-class CmdlineState(BaseModel):
+class CmdlineState(FactModel):
     """What the kernel booted with and what the bootloader config will boot next."""
 
-    model_config = ConfigDict(frozen=True)
 
     booted: list[str] = []
     grub_default_text: str | None = None

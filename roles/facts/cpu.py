@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict
 from pyinfra.api import FactBase
 
-from roles.facts.sections import section_command, split_sections
+from roles.facts.sections import FactModel, section_command, split_sections
 
 CPU_SYSFS = "/sys/devices/system/cpu"
 _STATE_FILE = re.compile(r"/cpu(\d+)/cpuidle/state(\d+)/(name|latency|disable)$")
@@ -18,10 +17,9 @@ SHALLOW_LATENCY_US = 10
 UNKNOWN_DEEP_DEPTH = 99
 
 
-class IdleState(BaseModel):
+class IdleState(FactModel):
     """One cpuidle state of one CPU, as sysfs shows it."""
 
-    model_config = ConfigDict(frozen=True)
 
     cpu: int
     index: int
@@ -44,10 +42,9 @@ class IdleState(BaseModel):
         return f"{CPU_SYSFS}/cpu{self.cpu}/cpuidle/state{self.index}"
 
 
-class CpuState(BaseModel):
+class CpuState(FactModel):
     """The CPU power settings gpunode reads back."""
 
-    model_config = ConfigDict(frozen=True)
 
     vendor: str | None = None
     idle_driver: str | None = None

@@ -4,16 +4,14 @@ from __future__ import annotations
 
 import shlex
 
-from pydantic import BaseModel, ConfigDict
 from pyinfra.api import FactBase
 
-from roles.facts.sections import section_command, split_sections
+from roles.facts.sections import FactModel, section_command, split_sections
 
 
-class KernelParamsState(BaseModel):
+class KernelParamsState(FactModel):
     """sysctl values (None = not on this kernel), modules and memory-lock limits."""
 
-    model_config = ConfigDict(frozen=True)
 
     sysctls: dict[str, str] = {}
     loaded_modules: list[str] = []

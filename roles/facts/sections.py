@@ -4,11 +4,20 @@ from __future__ import annotations
 
 from typing import Any, TypeVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 MARKER = "@@gpunode:"
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
+
+
+class FactModel(BaseModel):
+    """A frozen fact value that pyinfra's JSON output (`pyinfra INV fact ...`) can print."""
+
+    model_config = ConfigDict(frozen=True)
+
+    def to_json(self) -> dict:
+        return self.model_dump(mode="json")
 
 
 def section_command(name: str, command: str) -> str:

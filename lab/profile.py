@@ -1,0 +1,32 @@
+"""The lab node's gpunode profile: production defaults except where hardware can't exist.
+
+- modules: tcp_bbr stands in for nvidia_peermem, which needs NVIDIA's driver and an RDMA
+  stack (ib_core with peer memory); tcp_bbr ships with Debian's kernel and loads through the
+  same modprobe + modules-load.d path.
+- pcie_selector: the two emulated e1000e endpoints (8086:10d3) stand in for GPUs (10de);
+  QEMU keeps their MaxReadReq bits read-only, so the lab proves the refusal path.
+- no nvidia_driver pin (no nvidia-smi in the guest).
+- reboot: allowed only when GPUNODE_LAB_REBOOT=1, so tests can see "pending reboot" first.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+LAB_SELECTOR = {"vendor": "8086", "device": "10d3", "classes": ["0200"]}
+LAB_STAND_IN_MODULE = "tcp_bbr"
+
+
+def lab_profile_data(environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """The profile mapping for inventories/lab.py (host data key "gpunode")."""
+    env = os.environ if environ is None else environ
+    return {
+        "modules": [LAB_STAND_IN_MODULE],
+        "pcie_selector": LAB_SELECTOR,
+        "kernel_pin": "running",
+        "reboot": env.get("GPUNODE_LAB_REBOOT") == "1",
+    }
+
+
+LAB_PROFILE = lab_profile_data({})

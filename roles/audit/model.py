@@ -1,0 +1,75 @@
+"""The report's unit: one Check per setting or hardware fact, with its rank and its fix.
+
+Ranks (tuned-adm verify + LBNL NHC + DCGM levels, folded into one scale):
+
+| status | meaning                                             | exit |
+|--------|-----------------------------------------------------|------|
+| ok     | confirmed good; `live` holds the value read         | 0    |
+| P0     | wrong now, fixable at runtime (no reboot)           | 1    |
+| P1     | needs a reboot (or a container restart) to fix      | 1    |
+| P2     | minor or needs a look; does not fail the audit      | 0    |
+| limit  | the hardware's own limit: looks bad, nobody chases  | 0    |
+| n/a    | not applicable / not present on this node           | 0    |
+
+`deploy_fixes` says whether `deploy/site.py` (with this profile) would apply the fix.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+Status = Literal["ok", "P0", "P1", "P2", "limit", "n/a"]
+STATUSES: tuple[str, ...] = ("P0", "P1", "P2", "ok", "limit", "n/a")
+OPEN_STATUSES = frozenset({"P0", "P1"})
+DEPLOY_FIX = "run deploy/site.py"
+
+
+class Check(BaseModel):
+    """One line of the report."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    status: Status
+    live: str
+    want: str = ""
+    fix: str = ""
+    deploy_fixes: bool = False
+    kind: str = ""
+    """What is checked, without the subject ("GPU temperature" for "GPU0 temperature"): rows
+    of the same kind that are all ok fold into one line of the terminal table."""
+    note: str = ""
+    """Context that keeps a reader from chasing a value (idle link speed, DevCap limit)."""
+    pending: Literal["", "reboot", "restart"] = ""
+    """Everything is in place but a reboot (or a container restart) makes it live."""
+
+    @property
+    def open(self) -> bool:
+        return self.status in OPEN_STATUSES
+
+
+def ok(name: str, live: str, want: str = "", *, kind: str = "", note: str = "") -> Check:
+    return Check(name=name, status="ok", live=live, want=want, kind=kind, note=note)
+
+
+def not_applicable(name: str, why: str, *, kind: str = "") -> Check:
+    return Check(name=name, status="n/a", live=why, kind=kind)
+
+
+def open_count(checks: list[Check]) -> int:
+    return sum(c.open for c in checks)
+
+
+def subject_of(check: Check) -> str:
+    """The name without the words it shares with the kind at its end:
+    ("GPU0 temperature", kind "GPU temperature") -> "GPU0"."""
+    if not check.kind:
+        return ""
+    words = check.kind.split()
+    for start in range(len(words)):
+        suffix = " " + " ".join(words[start:])
+        if check.name.endswith(suffix):
+            return check.name[: -len(suffix)]
+    return ""

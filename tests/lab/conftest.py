@@ -1,0 +1,91 @@
+"""Lab tier fixtures: a real Debian 12 guest under QEMU (see lab/vm.py).
+
+`lab_vm` (session scope) builds or reuses the cached image, boots a fresh overlay in its own run
+dir, waits for SSH and yields the LabVM; GPUNODE_LAB_RUN_DIR points at that run dir meanwhile,
+so inventories/lab.py (and pyinfra run from these tests) finds this VM. Tests are skipped only
+when QEMU cannot run at all here. GPUNODE_LAB_REUSE=1 uses a VM already started with
+`python -m lab up` instead (faster iteration; it is left running).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lab.image import LabImageError, cache_dir, ensure_host_tools, ensure_image
+from lab.vm import RUN_DIR_ENV, LabNotRunning, LabVM
+
+BOOT_TIMEOUT_S = 420.0
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/lab is a lab test."""
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.lab)
+
+
+def qemu_unavailable_reason() -> str | None:
+    """Why QEMU cannot run here at all (None when it can): tools missing and not installable,
+    or QEMU failing to start even a bare q35 machine."""
+    try:
+        ensure_host_tools()
+    except LabImageError as exc:
+        return f"QEMU is not available and could not be installed: {exc}"
+    probe = [
+        "qemu-system-x86_64", "-machine", "q35", "-accel", "tcg", "-nodefaults",
+        "-display", "none", "-S", "-monitor", "stdio",
+    ]  # fmt: skip
+    try:
+        proc = subprocess.run(probe, input="quit\n", capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"QEMU cannot run here: {exc}"
+    if proc.returncode != 0:
+        return f"QEMU cannot run here: {proc.stderr.strip()[-500:]}"
+    return None
+
+
+def _skip(reason: str) -> None:
+    sys.__stderr__.write(f"\nlab tests skipped: {reason}\n")
+    pytest.skip(reason)
+
+
+def _running_vm() -> LabVM | None:
+    try:
+        return LabVM.attach()
+    except LabNotRunning:
+        return None
+
+
+@pytest.fixture(scope="session")
+def lab_vm() -> Iterator[LabVM]:
+    """The booted lab VM, reachable over SSH as root with the pinned host key."""
+    reused = _running_vm() if os.environ.get("GPUNODE_LAB_REUSE") == "1" else None
+    if reused is not None:
+        yield reused
+        return
+    reason = qemu_unavailable_reason()
+    if reason:
+        _skip(reason)
+    started = time.monotonic()
+    vm = LabVM(cache_dir() / "run-pytest", ensure_image())
+    old_run_dir = os.environ.get(RUN_DIR_ENV)
+    os.environ[RUN_DIR_ENV] = str(vm.run_dir)
+    try:
+        vm.start()
+        vm.wait_ssh(timeout=BOOT_TIMEOUT_S)
+        sys.__stderr__.write(f"\nlab VM up in {time.monotonic() - started:.0f} s\n")
+        yield vm
+    finally:
+        vm.stop()
+        if old_run_dir is None:
+            os.environ.pop(RUN_DIR_ENV, None)
+        else:
+            os.environ[RUN_DIR_ENV] = old_run_dir

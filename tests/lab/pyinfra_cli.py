@@ -1,0 +1,56 @@
+"""Run the real pyinfra CLI against the lab inventory and read its JSON output."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+LAB_INVENTORY = "inventories/lab.py"
+
+
+@dataclass
+class PyinfraRun:
+    """One CLI run: exit status, the JSON payload (plan and results) and the log (stderr)."""
+
+    returncode: int
+    payload: dict
+    log: str
+
+    def planned_changes(self) -> list[str]:
+        """Operation names with a change in the plan (what --dry says will change)."""
+        return [op["name"] for op in self.payload.get("plan", []) if op["hosts_with_change"]]
+
+    def changed(self) -> list[str]:
+        """Operation names that changed something in a real run."""
+        results = self.payload.get("results") or {}
+        return [op["name"] for op in results.get("operations", []) if op["success"]]
+
+    def errors(self) -> list[str]:
+        results = self.payload.get("results") or {}
+        return [op["name"] for op in results.get("operations", []) if op["error"]]
+
+
+def pyinfra_bin() -> str:
+    candidate = Path(sys.executable).with_name("pyinfra")
+    return str(candidate) if candidate.exists() else "pyinfra"
+
+
+def run_pyinfra(
+    deploy: str, *args: str, env: dict[str, str] | None = None, timeout: float = 1800
+) -> PyinfraRun:
+    """`pyinfra inventories/lab.py <deploy> <args> --json` from the repository root."""
+    command = [pyinfra_bin(), LAB_INVENTORY, deploy, *args, "--json"]
+    proc = subprocess.run(
+        command, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+        env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
+    )
+    try:
+        payload = json.loads(proc.stdout) if proc.stdout.strip() else {}
+    except json.JSONDecodeError:
+        payload = {"raw_stdout": proc.stdout}
+    return PyinfraRun(proc.returncode, payload, proc.stderr)

@@ -1,0 +1,141 @@
+"""render_table / render_markdown / to_json / report files, on the two captured nodes."""
+
+import json
+
+import pytest
+
+from roles.audit.checks import audit_checks
+from roles.audit.model import Check, subject_of
+from roles.audit.report import (
+    exit_status,
+    fold_ok,
+    pending_lines,
+    render_markdown,
+    render_table,
+    report_formats,
+    report_stem,
+    to_json,
+    verdict,
+    write_reports,
+)
+
+from ._nodes import healthy, misconfigured
+
+
+@pytest.fixture(scope="module")
+def bad():
+    return audit_checks(*misconfigured())
+
+
+@pytest.fixture(scope="module")
+def good():
+    return audit_checks(*healthy())
+
+
+def test_table_sections_in_order_and_ranked(bad):
+    text = render_table("gpu07", bad)
+    lines = text.splitlines()
+    assert lines[0] == "gpu07: NOT READY: 24 open (P0 18, P1 6); P2 0, ok 5, limit 1, n/a 6"
+    order = [text.index(h) for h in ("Actionable, ranked", "Confirmed good", "Known limits",
+                                     "Not present / not applicable")]
+    assert order == sorted(order)
+    ranks = [line.split()[0] for line in lines if line.startswith(("  P0 ", "  P1 ", "  P2 "))]
+    assert ranks == sorted(ranks) and ranks.count("P0") == 18 and ranks.count("P1") == 6
+    assert "        fix: setpci -s 0000:41:00.0 CAP_EXP+8.w=5000:7000 (run deploy/site.py)" in lines
+    header = next(line for line in lines if line.startswith("  RANK"))
+    assert header.split() == ["RANK", "CHECK", "LIVE", "WANT", "SITE.PY"]
+    assert "gpu07: pending reboot: kernel: running 6.8.12-5-pve -> 6.8.12-6-pve " \
+           "(newest installed)" in lines
+    assert "256 bytes is the device's maximum (DevCap)" in text
+
+
+def test_table_of_a_ready_node(good):
+    text = render_table("gpu01", good)
+    assert text.startswith("gpu01: READY: nothing open; P2 1, ok 34, limit 1, n/a 1\n")
+    assert "pending" not in text
+
+
+def test_fold_ok_rows_of_the_same_kind():
+    rows = [Check(name=f"GPU{i} PCIe link width", status="ok", live="x16 (capability x16)",
+                  kind="PCIe link width") for i in range(8)]
+    rows += [Check(name=f"GPU{i} temperature", status="ok", live=f"{30 + i} C",
+                   kind="GPU temperature") for i in range(2)]
+    rows.append(Check(name="sysctl vm.swappiness", status="ok", live="10"))
+    folded = fold_ok(rows)
+    assert [(c.name, c.live) for c in folded] == [
+        ("PCIe link width x8", "x16 (capability x16) (all 8)"),
+        ("GPU temperature x2", "GPU0: 30 C; GPU1: 31 C"),
+        ("sysctl vm.swappiness", "10"),
+    ]
+    assert subject_of(rows[0]) == "GPU0" and subject_of(rows[-1]) == ""
+
+
+def test_markdown_lists_every_check(bad):
+    text = render_markdown("gpu07", bad)
+    assert text.startswith("# gpunode audit: gpu07\n\n**gpu07: NOT READY")
+    for heading in ("## Actionable, ranked", "## Confirmed good", "## Known limits",
+                    "## Not present / not applicable", "## Pending"):
+        assert f"\n{heading}\n" in text
+    assert "| Rank | Check | Live | Want | Fix | deploy/site.py applies it | Why |" in text
+    assert ("| P0 | PCIe MaxReadReq 0000:41:00.0 [10de:2204] | 512 bytes | 4096 bytes | "
+            "setpci -s 0000:41:00.0 CAP_EXP+8.w=5000:7000 (run deploy/site.py) | yes |") in text
+    table_rows = [line for line in text.splitlines() if line.startswith("| ")
+                  and not line.startswith(("| Rank", "| Check"))]
+    assert len(table_rows) == len(bad)
+
+
+def test_markdown_escapes_pipes():
+    check = Check(name="x", status="P2", live="a|b", fix="c")
+    assert "a\\|b" in render_markdown("h", [check])
+
+
+def test_json_report(bad, good):
+    data = to_json("gpu07", bad)
+    assert json.loads(json.dumps(data)) == data
+    assert (data["host"], data["ready"], data["open"], data["exit_status"]) == (
+        "gpu07", False, 24, 1)
+    assert data["counts"] == {"P0": 18, "P1": 6, "P2": 0, "ok": 5, "limit": 1, "n/a": 6}
+    assert [c["status"] for c in data["checks"]][:18] == ["P0"] * 18
+    first = data["checks"][0]
+    assert set(first) == {"name", "status", "live", "want", "fix", "deploy_fixes", "kind",
+                          "note", "pending"}
+    assert len(data["pending"]["reboot"]) == 2 and data["pending"]["restart"] == []
+    assert to_json("gpu01", good)["ready"] is True
+
+
+def test_exit_status_and_verdict():
+    assert exit_status([]) == 0
+    assert verdict("h", []) == "h: READY: nothing open; P2 0, ok 0, limit 0, n/a 0"
+    minor = [Check(name="x", status="P2", live="y")]
+    assert exit_status(minor) == 0
+    assert exit_status(minor + [Check(name="z", status="P1", live="y")]) == 1
+
+
+def test_pending_lines_restart():
+    check = Check(name="CT 110 memlock", status="P1", live="configured unlimited; live 8388608",
+                  want="unlimited", pending="restart")
+    assert pending_lines("pve1", [check]) == [
+        "pve1: pending restart: CT 110 memlock: configured unlimited; live 8388608 -> unlimited"]
+
+
+@pytest.mark.parametrize(("value", "formats"), [
+    (None, ()), ("", ()), ("none", ()), ("json", ("json",)), ("MD", ("md",)),
+    ("both", ("json", "md")), ("json,md", ("json", "md")),
+])
+def test_report_formats(value, formats):
+    assert report_formats(value) == formats
+
+
+def test_report_formats_rejects_others():
+    with pytest.raises(ValueError, match="use json, md, both or none"):
+        report_formats("yaml")
+
+
+def test_write_reports(tmp_path, bad):
+    paths = write_reports("@pct/pve1:110", bad, ("json", "md"), tmp_path / "reports")
+    assert [p.name for p in paths] == ["@pct_pve1_110.json", "@pct_pve1_110.md"]
+    assert json.loads(paths[0].read_text())["open"] == 24
+    assert paths[1].read_text() == render_markdown("@pct/pve1:110", bad)
+    assert write_reports("h", bad, (), tmp_path / "none") == []
+    assert not (tmp_path / "none").exists()
+    assert report_stem("gpu01.example.org") == "gpu01.example.org"
