@@ -1,4 +1,4 @@
-"""`python -m lab build|up|down|status|ssh|demo-args`: drive the lab VM from a shell."""
+"""`python -m lab build|up|down|status|ssh|demo|demo-args`: drive the lab VM from a shell."""
 
 from __future__ import annotations
 
@@ -73,6 +73,12 @@ def _cmd_demo_args(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from lab.demo import run_demo
+
+    return run_demo(args.run_dir)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m lab", description=__doc__)
     parser.add_argument("--run-dir", type=Path, default=None,
@@ -91,6 +97,8 @@ def _parser() -> argparse.ArgumentParser:
     ssh = sub.add_parser("ssh", help="run a command in the guest (no command: a shell)")
     ssh.add_argument("command", nargs=argparse.REMAINDER)
     ssh.set_defaults(func=_cmd_ssh)
+    sub.add_parser("demo", help="boot, --dry, apply + reboot, re-run, audit (make lab)"
+                   ).set_defaults(func=_cmd_demo)
     demo = sub.add_parser("demo-args", help="print the QEMU command line")
     demo.add_argument("--accel", choices=("tcg", "kvm"), default=None)
     demo.add_argument("--port", type=int, default=None)

@@ -7,6 +7,9 @@
   QEMU keeps their MaxReadReq bits read-only, so the lab proves the refusal path.
 - no nvidia_driver pin (no nvidia-smi in the guest).
 - reboot: allowed only when GPUNODE_LAB_REBOOT=1, so tests can see "pending reboot" first.
+
+Fault tests add GPUNODE_LAB_CMDLINE="key=value" (one more cmdline parameter) and
+GPUNODE_LAB_REBOOT_TIMEOUT (seconds) through the environment.
 """
 
 from __future__ import annotations
@@ -21,12 +24,18 @@ LAB_STAND_IN_MODULE = "tcp_bbr"
 def lab_profile_data(environ: dict[str, str] | None = None) -> dict[str, Any]:
     """The profile mapping for inventories/lab.py (host data key "gpunode")."""
     env = os.environ if environ is None else environ
-    return {
+    data: dict[str, Any] = {
         "modules": [LAB_STAND_IN_MODULE],
         "pcie_selector": LAB_SELECTOR,
         "kernel_pin": "running",
         "reboot": env.get("GPUNODE_LAB_REBOOT") == "1",
     }
+    if env.get("GPUNODE_LAB_CMDLINE"):
+        key, _, value = env["GPUNODE_LAB_CMDLINE"].partition("=")
+        data["cmdline"] = {key: value or None}
+    if env.get("GPUNODE_LAB_REBOOT_TIMEOUT"):
+        data["reboot_timeout"] = int(env["GPUNODE_LAB_REBOOT_TIMEOUT"])
+    return data
 
 
 LAB_PROFILE = lab_profile_data({})

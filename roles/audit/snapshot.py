@@ -9,7 +9,6 @@ one more command (roles.audit.facts.AuditFacts); a snapshot built without them (
 from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
-from pyinfra import host
 
 from roles.audit.facts import (
     AuditExtras,
@@ -19,6 +18,7 @@ from roles.audit.facts import (
     IommuState,
     NvlinkGpu,
 )
+from roles.facts.cache import cached_fact
 from roles.facts.cmdline import CmdlineState, KernelCmdline
 from roles.facts.cpu import CpuPower, CpuState
 from roles.facts.kernel_params import KernelParams, KernelParamsState
@@ -86,14 +86,14 @@ def with_extras(snap: NodeSnapshot, extras: AuditExtras) -> NodeSnapshot:
 def gather_snapshot(profile: NodeProfile) -> NodeSnapshot:
     """Read the live node through the facts (the current pyinfra host): six read-only
     commands (cmdline, CPU, kernel parameters, lspci, MaxReadReq refusals, AuditFacts)."""
-    kernel = host.get_fact(
+    kernel = cached_fact(
         KernelParams, sysctl_keys=sorted(profile.sysctls), modules=sorted(profile.modules)
     )
     snap = NodeSnapshot(
-        cmdline=as_model(CmdlineState, host.get_fact(KernelCmdline)),
-        cpu=as_model(CpuState, host.get_fact(CpuPower)),
+        cmdline=as_model(CmdlineState, cached_fact(KernelCmdline)),
+        cpu=as_model(CpuState, cached_fact(CpuPower)),
         kernel=as_model(KernelParamsState, kernel),
-        pcie=as_models(PcieDevice, host.get_fact(PcieDevices)),
-        mrrs_refused=dict(host.get_fact(MaxReadReqRefusals) or {}),
+        pcie=as_models(PcieDevice, cached_fact(PcieDevices)),
+        mrrs_refused=dict(cached_fact(MaxReadReqRefusals) or {}),
     )
-    return with_extras(snap, as_model(AuditExtras, host.get_fact(AuditFacts)))
+    return with_extras(snap, as_model(AuditExtras, cached_fact(AuditFacts)))

@@ -13,7 +13,7 @@ from pyinfra import host, logger, state
 from pyinfra.api import operation
 from pyinfra.api.state import StateStage
 
-from roles.audit.checks import Check, audit_checks
+from roles.audit.checks import Check, audit_checks, tuning_checks
 from roles.audit.report import pending_lines
 from roles.audit.snapshot import gather_snapshot
 from roles.profile.node import NodeProfile
@@ -43,7 +43,11 @@ def verify_node(profile: NodeProfile):
     if state.current_stage < StateStage.Execute:
         host.noop("verify after the other operations ran")
         return
-    checks = audit_checks(profile, gather_snapshot(profile))
+    snap = gather_snapshot(profile)
+    checks = audit_checks(profile, snap)
+    for check in tuning_checks(profile, snap):
+        if check.status == "limit":  # a setting of this profile the hardware refused
+            logger.warning(f"{host.name}: limit {check.name}: {check.fix}")
     for line in summary_lines(host.name, checks):
         is_open = any(f" {rank} " in line for rank in ("P0", "P1"))
         (logger.warning if is_open else logger.info)(line)

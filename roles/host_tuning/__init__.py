@@ -13,6 +13,7 @@ from pyinfra.api import deploy
 from pyinfra.facts.files import Directory
 from pyinfra.operations import apt, systemd
 
+from roles.facts.cache import cached_fact
 from roles.facts.pcie_refusals import REFUSED_DIR
 from roles.ops import cpu, modules, pcie, sysctl
 from roles.ops.files import template_file
@@ -90,7 +91,7 @@ def tune_devices_and_cpu(profile: NodeProfile) -> None:
 
 def booted_with_systemd() -> bool:
     """sd_booted(): /run/systemd/system exists only when systemd is PID 1."""
-    return bool(host.get_fact(Directory, path="/run/systemd/system"))
+    return bool(cached_fact(Directory, path="/run/systemd/system"))
 
 
 @deploy("gpunode: memlock")

@@ -13,6 +13,7 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import server
 
+from roles.facts.cache import cached_fact
 from roles.facts.cmdline import CmdlineState, KernelCmdline, missing_params
 from roles.facts.cpu import CpuPower, CpuState
 from roles.facts.kernels import InstalledKernels, KernelPackages
@@ -24,9 +25,6 @@ from roles.ops.cmdline import kernel_cmdline
 from roles.ops.cpu import cpu_cmdline_params
 from roles.profile.loader import ProfileError
 from roles.profile.node import NodeProfile
-
-REBOOT_TIMEOUT_S = 900
-
 
 DEBIAN_GRUB_ENTRY = "Advanced options for Debian GNU/Linux>Debian GNU/Linux, with Linux {version}"
 
@@ -67,9 +65,9 @@ def plan_kernel_pin(
 def kernel_pin_for_host(profile: NodeProfile) -> KernelPin | None:
     if profile.kernel_pin is None:
         return None
-    kernels = as_model(KernelPackages, host.get_fact(InstalledKernels))
-    pve = as_model(PveVersion, host.get_fact(PveVersionFact))
-    boot = as_model(ProxmoxBootInfo, host.get_fact(ProxmoxBootTool))
+    kernels = as_model(KernelPackages, cached_fact(InstalledKernels))
+    pve = as_model(PveVersion, cached_fact(PveVersionFact))
+    boot = as_model(ProxmoxBootInfo, cached_fact(ProxmoxBootTool))
     return plan_kernel_pin(host.name, profile.kernel_pin, kernels,
                            pve.present or boot.status.present)
 
@@ -92,8 +90,8 @@ def wanted_cmdline(profile: NodeProfile, cpu: CpuState) -> dict[str, str | None]
 
 def boot_plan(profile: NodeProfile) -> BootPlan:
     """Read CPU and cmdline facts and compute the boot parameters of this host."""
-    cpu = as_model(CpuState, host.get_fact(CpuPower))
-    booted = as_model(CmdlineState, host.get_fact(KernelCmdline)).booted
+    cpu = as_model(CpuState, cached_fact(CpuPower))
+    booted = as_model(CmdlineState, cached_fact(KernelCmdline)).booted
     params = wanted_cmdline(profile, cpu)
     return BootPlan(params=params, pending=missing_params(booted, params))
 
@@ -132,7 +130,7 @@ def kernel_boot(profile: NodeProfile) -> None:
             name=f"Reboot to apply: {'; '.join(reasons)}",
             delay=5,
             interval=3,
-            reboot_timeout=REBOOT_TIMEOUT_S,
+            reboot_timeout=profile.reboot_timeout,
         )
     elif reasons:
         logger.warning(f"{host.name}: pending reboot ({'; '.join(reasons)}); "

@@ -14,3 +14,58 @@ What it changes and why:
 The ``@pct/HOST:VMID`` connector (``connector``) then runs operations inside the
 container through ``pct exec``.
 """
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import deploy
+
+from roles.lxc_gpu.facts import NvidiaDevices
+from roles.lxc_gpu.passthrough import DeviceNode
+from roles.lxc_gpu.plan import desired_lxc_lines, lxc_line
+from roles.profile.container import ContainerSpec
+
+__all__ = ["lxc_gpu"]
+
+
+def _host_devices() -> tuple[dict[str, int], list[DeviceNode]]:
+    fact = host.get_fact(NvidiaDevices)
+    fact = getattr(fact, "data", fact)
+    majors = {str(k): int(v) for k, v in dict(fact["majors"]).items()}
+    return majors, [DeviceNode(**dict(d)) for d in fact["devices"]]
+
+
+@deploy("gpunode: GPU containers")
+def lxc_gpu(containers: list[ContainerSpec]) -> None:
+    """Create or converge each container, in declaration order (see the module docstring).
+
+    Validate the specs first (``roles.lxc_gpu.validate``): this function trusts them.
+    """
+    # Imported here: roles.ops.lxc imports this package's modules.
+    from roles.ops.lxc import (
+        container_config_lines,
+        container_created,
+        container_options,
+        container_restarted,
+    )
+
+    if not containers:
+        return
+    majors, devices = _host_devices()
+    for spec in containers:
+        label = f"container {spec.vmid} ({spec.hostname})"
+        lines = [lxc_line(k, v) for k, v in desired_lxc_lines(spec, majors, devices)]
+        container_created(name=f"Create {label}", spec=spec)
+        container_config_lines(
+            name=f"GPU lines of {label} in /etc/pve/lxc/{spec.vmid}.conf",
+            vmid=spec.vmid,
+            lines=lines,
+            nvidia_majors=majors,
+            extra_lines=list(spec.extra_lxc),
+        )
+        container_options(name=f"Options of {label}", spec=spec)
+        container_restarted(
+            name=f"Restart {label} if it runs an older config"
+            + ("" if spec.restart_allowed else " (not allowed: report only)"),
+            spec=spec,
+        )

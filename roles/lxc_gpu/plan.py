@@ -12,6 +12,12 @@ The role's operations only carry this plan out, so every decision is tested here
 - running container whose raw lines changed, or with options waiting in
   ``[pve:pending]``: ``pct reboot`` when ``restart_allowed``, else the run reports
   ``pending restart``. A stopped container picks everything up at its next start.
+
+``restart_reasons`` reads that last rule from the live node rather than from what this
+run changed: it compares the lines the container should run with against
+/var/lib/lxc/VMID/config, the LXC config ``pct start`` generated for the running
+container. A restart that was refused stays "pending restart" on every later run
+until the container is restarted.
 """
 
 from __future__ import annotations
@@ -29,7 +35,15 @@ from roles.profile.container import (
     pct_set_args,
 )
 
-__all__ = ["ContainerPlan", "desired_lxc_lines", "edit_config_text", "plan_container"]
+__all__ = [
+    "ContainerPlan",
+    "desired_lxc_lines",
+    "edit_config_text",
+    "lxc_line",
+    "parse_lxc_line",
+    "plan_container",
+    "restart_reasons",
+]
 
 # Options Proxmox can't apply to a running container: pct set parks them in
 # [pve:pending] (PVE::LXC::Config::vmconfig_hotplug_pending).
@@ -132,3 +146,73 @@ def plan_container(
             else:
                 plan.pending_restart = True
     return plan
+
+
+def lxc_line(key: str, value: str) -> str:
+    """``("lxc.prlimit.memlock", "unlimited")`` -> ``"lxc.prlimit.memlock: unlimited"``."""
+    return f"{key}: {value}"
+
+
+def parse_lxc_line(line: str) -> tuple[str, str]:
+    """``"lxc.key: value"`` or ``"lxc.key = value"`` -> (key, value); ValueError if not."""
+    parsed = pve_config.parse_pve_lxc_config(line.strip() + "\n").main.lines[0]
+    if not parsed.is_lxc:
+        raise ValueError(f"not an lxc.* line: {line!r}")
+    return parsed.key or "", parsed.value or ""
+
+
+def _shown(entries: list[tuple[str, str]], limit: int = 2) -> str:
+    text = "; ".join(lxc_line(k, v) for k, v in entries[:limit])
+    return text + (f" (+{len(entries) - limit} more)" if len(entries) > limit else "")
+
+
+def restart_reasons(
+    spec: ContainerSpec,
+    config_text: str | None,
+    started_text: str | None,
+    majors: dict[str, int],
+    devices: Sequence[DeviceNode],
+) -> list[str]:
+    """Why a *running* container must restart to run its declared config ([] = none).
+
+    - ``config_text`` is /etc/pve/lxc/VMID.conf as it is now; the lxc.* lines gpunode
+      converges there are taken as written (so the answer is the same before and
+      after ``container_config_lines`` writes them), and options ``pct set`` would
+      park in [pve:pending] (features, unprivileged) count as waiting already.
+    - ``started_text`` is /var/lib/lxc/VMID/config from the last ``pct start``. A
+      declared line missing there is not live yet; a line there that gpunode owns
+      (an NVIDIA mount, allow or memlock line) but no longer declares is still live.
+      None (file unreadable) falls back to: would gpunode edit the config?
+    """
+    reasons: list[str] = []
+    desired = desired_lxc_lines(spec, majors, devices) + spec.extra_lxc_entries
+    if config_text is not None:
+        config = pve_config.parse_pve_lxc_config(config_text)
+        waiting = sorted(pve_config.pending_options(config))
+        parked = [a.removeprefix("--") for a in pct_set_args(spec, pve_config.main_options(config))
+                  if a in _NOT_HOTPLUGGED]
+        waiting += [key for key in parked if key not in waiting]
+        if waiting:
+            reasons.append(f"options waiting in [pve:pending]: {', '.join(waiting)}")
+    if started_text is None:
+        if config_text is not None and edit_config_text(
+            config_text, spec, majors, devices
+        ) != config_text:
+            reasons.append("its lxc.* lines change (/var/lib/lxc/VMID/config unreadable)")
+        return reasons
+
+    started = pve_config.parse_pve_lxc_config(started_text)
+    live = pve_config.lxc_entries(started)
+    missing = [entry for entry in desired if entry not in live]
+    if missing:
+        reasons.append(f"not live yet: {_shown(missing)}")
+    owns = gpunode_owns(majors)
+    lines = started.main.lines
+    stale = [
+        (line.key or "", line.value or "")
+        for i, line in enumerate(lines)
+        if line.is_lxc and owns(i, lines) and (line.key, line.value) not in desired
+    ]
+    if stale:
+        reasons.append(f"still live, no longer declared: {_shown(stale)}")
+    return reasons

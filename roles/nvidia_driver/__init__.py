@@ -13,6 +13,7 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import server
 
+from roles.facts.cache import cached_fact
 from roles.facts.dpkg import InstalledPackages, upstream_version
 from roles.facts.nvidia import NvidiaDriverVersion
 from roles.ops.apt import apt_hold
@@ -54,9 +55,9 @@ class DriverPlan(BaseModel):
 
 
 def driver_plan(wanted: str) -> DriverPlan:
-    installed = host.get_fact(InstalledPackages, patterns=NVIDIA_PATTERNS)
+    installed = cached_fact(InstalledPackages, patterns=NVIDIA_PATTERNS)
     return DriverPlan(wanted=wanted, installed=dict(getattr(installed, "data", installed)),
-                      loaded=host.get_fact(NvidiaDriverVersion))
+                      loaded=cached_fact(NvidiaDriverVersion))
 
 
 @deploy("gpunode: NVIDIA driver pin")

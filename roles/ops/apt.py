@@ -6,6 +6,7 @@ from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
 from roles.facts.apt import AptHolds
+from roles.facts.cache import cached_fact
 
 
 @operation()
@@ -16,7 +17,7 @@ def apt_hold(packages: list[str], held: bool = True):
     + packages: package names
     + held: True to hold, False to release the hold
     """
-    holds = set(host.get_fact(AptHolds) or [])
+    holds = set(cached_fact(AptHolds) or [])
     todo = [p for p in packages if (p in holds) != held]
     if todo:
         yield StringCommand("apt-mark", "hold" if held else "unhold", *todo)

@@ -17,6 +17,7 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
 
+from roles.facts.cache import cached_fact
 from roles.facts.cmdline import (
     GRUB_DEFAULT_FILE,
     KERNEL_CMDLINE_FILE,
@@ -81,7 +82,7 @@ def kernel_cmdline(
     + bootloader: auto (asks proxmox-boot-tool), grub or systemd-boot
     + grub_default_entry: GRUB menu entry to boot by default (kernel pin on GRUB hosts)
     """
-    state = as_model(CmdlineState, host.get_fact(KernelCmdline))
+    state = as_model(CmdlineState, cached_fact(KernelCmdline))
     if uses_systemd_boot(state, bootloader):
         if state.kernel_cmdline_text is None:
             raise OperationError(

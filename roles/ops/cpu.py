@@ -9,6 +9,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
+from roles.facts.cache import cached_fact
 from roles.facts.cpu import CPU_SYSFS, CpuPower, CpuState, IdleState
 from roles.facts.sections import as_model
 
@@ -63,7 +64,7 @@ def cstate_cap(max_cstate: int = 1):
 
     + max_cstate: deepest C-state kept enabled (1 = C1 and C1E)
     """
-    cpu = as_model(CpuState, host.get_fact(CpuPower))
+    cpu = as_model(CpuState, cached_fact(CpuPower))
     deeper = states_to_disable(cpu.idle_states, max_cstate)
     for index, cpus in sorted(cpus_by_state(deeper).items()):
         yield StringCommand(sysfs_loop(cpus, f"cpuidle/state{index}/disable", "1"))
@@ -81,7 +82,7 @@ def cpu_governor(governor: str = "performance"):
 
     + governor: e.g. performance
     """
-    cpu = as_model(CpuState, host.get_fact(CpuPower))
+    cpu = as_model(CpuState, cached_fact(CpuPower))
     if not cpu.governors:
         host.noop("no cpufreq on this node (nothing to set)")
         return

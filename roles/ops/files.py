@@ -18,6 +18,8 @@ from pyinfra import host
 from pyinfra.api import FileUploadCommand, StringCommand, operation
 from pyinfra.facts.files import Sha1File
 
+from roles.facts.cache import cached_fact
+
 TEMPLATES_DIR = Path(__file__).resolve().parents[2] / "templates"
 BACKUP_SUFFIX = ".gpunode-bak"
 
@@ -70,7 +72,7 @@ def owned_file(
     + mode: octal mode
     + after: shell command run after a change (e.g. `systemctl daemon-reload`)
     """
-    remote_sha = host.get_fact(Sha1File, path=dest)
+    remote_sha = cached_fact(Sha1File, path=dest)
     if remote_sha == sha1_text(text):
         host.noop(f"{dest} is up to date")
         return

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict
 from pyinfra import host
 from pyinfra.api import OperationError, StringCommand, operation
 
+from roles.facts.cache import cached_fact
 from roles.facts.kernel_params import KernelParams, KernelParamsState
 from roles.facts.sections import as_model
 
@@ -62,7 +63,7 @@ def _not_applicable_reason(state: KernelParamsState, name: str) -> str | None:
 def module_plan_for_host(modules: list[str], required: list[str]) -> ModulePlan:
     """Read the live node and plan the modules."""
     state = as_model(KernelParamsState,
-                     host.get_fact(KernelParams, sysctl_keys=[], modules=sorted(modules)))
+                     cached_fact(KernelParams, sysctl_keys=[], modules=sorted(modules)))
     return plan_modules(state, modules, required)
 
 

@@ -13,6 +13,7 @@ import shlex
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
+from roles.facts.cache import cached_fact
 from roles.facts.pcie import PcieDevice, PcieDevices, matches
 from roles.facts.pcie_refusals import REFUSED_DIR, MaxReadReqRefusals
 from roles.facts.sections import as_models
@@ -60,6 +61,8 @@ def write_and_verify_command(bdf: str, size: int) -> str:
     want = mrrs_bits(size)
     marker = f"{REFUSED_DIR}/{bdf}"
     return (
+        f"if [ ! -e /sys/bus/pci/devices/{q} ]; then echo 'gpunode: device {bdf} vanished "
+        "before the MaxReadReq write; nothing written' >&2; exit 1; fi; "
         f"setpci -s {q} {setpci_mrrs_argument(size)} && v=$(setpci -s {q} CAP_EXP+8.w) && "
         f"if [ $(( 0x$v & 0x{MRRS_MASK:04x} )) -eq $(( 0x{want:04x} )) ]; then "
         f"rm -f {shlex.quote(marker)}; else mkdir -p {REFUSED_DIR} && "
@@ -85,8 +88,8 @@ def max_read_request(selector: PcieSelector, size: int = 4096):
     + size: bytes, one of 128 ... 4096
     """
     selector = PcieSelector.model_validate(selector)
-    devices = as_models(PcieDevice, host.get_fact(PcieDevices))
-    refused = dict(getattr(host.get_fact(MaxReadReqRefusals), "data", None) or {})
+    devices = as_models(PcieDevice, cached_fact(PcieDevices))
+    refused = dict(getattr(cached_fact(MaxReadReqRefusals), "data", None) or {})
     todo, refusing = devices_to_write(devices, selector, size, refused)
     for device in todo:
         yield StringCommand(write_and_verify_command(device.bdf, size))

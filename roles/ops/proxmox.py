@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
+from roles.facts.cache import cached_fact
 from roles.facts.proxmox import ProxmoxBootInfo, ProxmoxBootTool
 from roles.facts.sections import as_model
 
@@ -16,7 +17,7 @@ def kernel_pin(version: str):
 
     + version: kernel release, e.g. 6.8.12-4-pve
     """
-    info = as_model(ProxmoxBootInfo, host.get_fact(ProxmoxBootTool))
+    info = as_model(ProxmoxBootInfo, cached_fact(ProxmoxBootTool))
     if info.pinned == version:
         host.noop(f"kernel {version} already pinned")
         return

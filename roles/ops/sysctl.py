@@ -12,6 +12,7 @@ import shlex
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
+from roles.facts.cache import cached_fact
 from roles.facts.kernel_params import KernelParams, KernelParamsState, normalize_sysctl_value
 from roles.facts.sections import as_model
 
@@ -33,7 +34,7 @@ def sysctl_values(values: dict[str, str], best_effort: frozenset[str] = frozense
     + values: key -> value ("4096 87380 134217728" for multi-value keys)
     + best_effort: keys whose write the kernel may refuse (a failure there is not an error)
     """
-    live = as_model(KernelParamsState, host.get_fact(KernelParams, sysctl_keys=sorted(values),
+    live = as_model(KernelParamsState, cached_fact(KernelParams, sysctl_keys=sorted(values),
                                                      modules=[])).sysctls
     missing = sorted(key for key in values if key not in live)
     changes = sysctl_changes(live, values)

@@ -154,6 +154,11 @@ class NodeProfile(ProfileModel):
     reboot: bool = Field(
         False, description="Allow the deploy to reboot to apply cmdline/kernel changes."
     )
+    reboot_timeout: int = Field(
+        900, ge=30, le=7200,
+        description="Seconds to wait for the host to come back after a reboot (30-7200); "
+        "a host that doesn't fails the run with its name.",
+    )
     bootloader: Literal["auto", "grub", "systemd-boot"] = Field(
         "auto", description="How the cmdline is persisted; auto asks proxmox-boot-tool."
     )

@@ -1,0 +1,77 @@
+"""Faults on the lab VM: a deploy killed mid-run, a failing update-grub.
+
+Runs after test_deploy_cycle.py in the same guest and leaves it converged.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+
+import pytest
+
+from tests.lab.pyinfra_cli import LAB_INVENTORY, REPO, pyinfra_bin, run_pyinfra
+
+pytestmark = pytest.mark.lab
+
+SITE = "deploy/site.py"
+SYSCTL_FILE = "/etc/sysctl.d/90-gpunode.conf"
+GPUNODE_FILES = [
+    SYSCTL_FILE,
+    "/etc/modules-load.d/gpunode.conf",
+    "/etc/security/limits.d/90-gpunode-memlock.conf",
+    "/etc/systemd/system.conf.d/90-gpunode-memlock.conf",
+    "/usr/local/sbin/gpunode-tune",
+    "/etc/systemd/system/gpunode-tune.service",
+]
+
+
+def sh(vm, command: str) -> str:
+    rc, out, err = vm.ssh(command)
+    assert rc == 0, f"{command}: rc={rc} {err}"
+    return out
+
+
+def test_deploy_killed_mid_run_converges_next_time(lab_vm):
+    """SIGKILL pyinfra while it writes files: no half file is live; the next run converges."""
+    sh(lab_vm, "rm -f " + " ".join(GPUNODE_FILES) + "; sysctl -w vm.swappiness=60")
+    proc = subprocess.Popen([pyinfra_bin(), LAB_INVENTORY, SITE, "-y"], cwd=REPO,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and proc.poll() is None:
+            if lab_vm.ssh(f"test -e {SYSCTL_FILE}")[0] == 0:
+                break
+            time.sleep(0.5)
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait()
+    # Every owned file is absent or whole (the rename is atomic); temp files may remain.
+    for path in GPUNODE_FILES:
+        rc, out, _ = lab_vm.ssh(f"cat {path}")
+        if rc == 0:
+            assert out.endswith("\n") and "gpunode" in out, path
+    first = run_pyinfra(SITE, "-y")
+    assert first.returncode == 0, first.log
+    assert first.errors() == []
+    again = run_pyinfra(SITE, "-y")
+    assert again.returncode == 0 and again.changed() == [], again.changed()
+
+
+def test_failing_update_grub_restores_the_backup(lab_vm):
+    """update-grub fails: /etc/default/grub is put back and the error names the tool."""
+    original = sh(lab_vm, "cat /etc/default/grub")
+    sh(lab_vm, "mv /usr/sbin/update-grub /usr/sbin/update-grub.real && "
+               "printf '#!/bin/sh\\necho broken >&2\\nexit 1\\n' > /usr/sbin/update-grub && "
+               "chmod 755 /usr/sbin/update-grub")
+    try:
+        run = run_pyinfra(SITE, "-y", env={"GPUNODE_LAB_CMDLINE": "gpunode_fault_test=1"})
+        assert run.returncode != 0
+        assert "update-grub failed; /etc/default/grub restored from " \
+               "/etc/default/grub.gpunode-bak" in run.log
+        assert sh(lab_vm, "cat /etc/default/grub") == original
+    finally:
+        sh(lab_vm, "mv -f /usr/sbin/update-grub.real /usr/sbin/update-grub")
+    assert run_pyinfra(SITE, "--dry").planned_changes() == []
