@@ -43,6 +43,8 @@ def test_module_names_are_normalised():
         ({"pcie_selector": {"vendor": "nvidia"}}, "gpunode.pcie_selector.vendor", "4 hex"),
         ({"required_modules": ["ib_core"]}, "gpunode", "not in modules"),
         ({"cmdline": {"iommu": "a b"}}, "gpunode.cmdline", "without spaces"),
+        ({"reboot_timeout": 5}, "gpunode.reboot_timeout", "greater than or equal to 30"),
+        ({"memlock": 100}, "gpunode.memlock", "too small"),
     ],
 )
 def test_bad_input_names_host_field_and_fix(data, field, fragment):
@@ -80,3 +82,8 @@ def test_validate_hosts_reports_every_bad_host_at_once():
     assert "a: gpunode.max_read_request" in str(error.value)
     assert "c: gpunode.vm.swappiness" in str(error.value)
     assert "b:" not in str(error.value)
+
+
+def test_gpunode_data_must_be_a_mapping():
+    with pytest.raises(ProfileError, match="h: gpunode: must be a mapping"):
+        load_profile("h", {"gpunode": ["max_read_request", 4096]})
