@@ -34,7 +34,7 @@ from roles.facts.cmdline import format_param, missing_params
 from roles.facts.kernel_params import normalize_sysctl_value
 from roles.ops.cpu import cpu_cmdline_params, states_to_disable
 from roles.ops.modules import plan_modules
-from roles.ops.pcie import selected_devices, setpci_mrrs_argument
+from roles.ops.pcie import refusal_note, selected_devices, setpci_mrrs_argument
 from roles.profile.node import NodeProfile
 
 __all__ = [
@@ -92,8 +92,7 @@ def check_max_read_request(profile: NodeProfile, snap: NodeSnapshot) -> list[Che
             checks.append(ok(name, live, f"{size} bytes"))
         elif snap.mrrs_refused.get(d.bdf) == size:
             checks.append(Check(name=name, status="limit", live=live, want=f"{size} bytes",
-                                fix=f"device did not accept MaxReadReq={size} "
-                                f"(reads {d.devctl_max_read_req})"))
+                                fix=refusal_note([d], size)))
         else:
             checks.append(Check(name=name, status="P0", live=live, want=f"{size} bytes",
                                 fix=f"setpci -s {d.bdf} {setpci_mrrs_argument(size)} "
