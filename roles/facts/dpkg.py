@@ -6,13 +6,15 @@ import shlex
 
 from pyinfra.api import FactBase
 
+from roles.facts.kernels import is_installed_status
+
 
 def parse_dpkg_query(text: str) -> dict[str, str]:
-    """Lines 'NAME VERSION STATUS' -> {name: version} for installed ('ii') packages only."""
+    """Lines 'NAME VERSION STATUS' -> {name: version} for installed packages ('ii', 'hi')."""
     packages: dict[str, str] = {}
     for line in text.splitlines():
         parts = line.split()
-        if len(parts) >= 3 and parts[2].startswith("ii"):
+        if len(parts) >= 3 and is_installed_status(parts[2]):
             packages[parts[0]] = parts[1]
     return packages
 

@@ -7,7 +7,7 @@
   `dpkg -l` lines ("ii  pve-kernel-5.15.30-2-pve  5.15.30-3  amd64  ...") are read as well;
 - `apt-mark showhold` (one package a line).
 
-Only packages whose status is installed ("ii") count. Package names map to kernel versions:
+Only installed packages count (status "ii", or "hi" when held). Package names map to kernel versions:
 `proxmox-kernel-6.8.12-4-pve-signed` and `proxmox-kernel-6.8.12-4-pve` -> "6.8.12-4-pve",
 `pve-kernel-5.15.30-2-pve` -> "5.15.30-2-pve", `linux-image-6.1.0-31-amd64` (and its
 `-unsigned` twin) -> "6.1.0-31-amd64". Meta packages that install no kernel of their own
@@ -100,6 +100,11 @@ def kernel_version_key(version: str) -> tuple:
     return tuple(key)
 
 
+def is_installed_status(status: str) -> bool:
+    """dpkg's Status-Abbrev says installed: second letter 'i' ('ii', and 'hi' when held)."""
+    return len(status) >= 2 and status[1] == "i"
+
+
 def _parse_package_line(line: str) -> tuple[str, str] | None:
     """(package, status) from a dpkg-query or dpkg -l line; None if unreadable."""
     parts = line.split()
@@ -121,7 +126,7 @@ def parse_kernel_packages(uname_r: str, dpkg_query_text: str, showhold_text: str
         if parsed is None:
             continue
         package, status = parsed
-        if not status.startswith("ii"):
+        if not is_installed_status(status):
             continue
         version = kernel_version_from_package(package)
         if version is not None:

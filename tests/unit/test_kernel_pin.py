@@ -3,7 +3,7 @@
 import pytest
 
 from roles.facts.kernels import parse_kernel_packages
-from roles.kernel import DEBIAN_GRUB_ENTRY, BootPlan, plan_kernel_pin, pending_reboot_reasons
+from roles.kernel import DEBIAN_GRUB_ENTRY, BootPlan, pending_reboot_reasons, plan_kernel_pin
 from roles.profile.loader import ProfileError
 
 # dpkg-query format; packages as a Debian 12 host lists them.
@@ -42,3 +42,12 @@ def test_pin_to_a_missing_kernel_names_host_field_and_choices():
 
 def test_no_pin():
     assert plan_kernel_pin("h", None, kernels(), is_proxmox=False) is None
+
+
+def test_held_kernel_still_counts_as_installed():
+    """Seen in the lab: after `apt-mark hold`, dpkg's Status-Abbrev reads 'hi', not 'ii'."""
+    held = parse_kernel_packages("6.1.0-28-amd64", DPKG.replace("28-amd64 6.1.119-1 ii",
+                                                                 "28-amd64 6.1.119-1 hi"), "")
+    assert "6.1.0-28-amd64" in held.installed
+    assert plan_kernel_pin("h", "running", held, is_proxmox=False).packages == [
+        "linux-image-6.1.0-28-amd64"]

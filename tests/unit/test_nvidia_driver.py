@@ -36,3 +36,8 @@ def test_plan_matches_only_when_installed_and_loaded_agree():
     assert other.mismatch() == ("NVIDIA driver 550.127.05 wanted; installed: 535.216.03; "
                                 "loaded: none")
     assert not DriverPlan(wanted="550.127.05", installed={}, loaded=None).matches
+
+
+def test_held_driver_package_counts_as_installed():
+    assert parse_dpkg_query("nvidia-driver 535.216.03-1~deb12u1 hi\n") == {
+        "nvidia-driver": "535.216.03-1~deb12u1"}
