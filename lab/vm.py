@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -220,7 +221,7 @@ class LabVM:
             self._proc.wait()
         self._proc = None
         self.state = None
-        for name in (STATE_FILE, "disk.qcow2", "qemu.pid", "known_hosts"):
+        for name in (STATE_FILE, "disk.qcow2", "qemu.pid", "known_hosts", "id_ed25519"):
             (self.run_dir / name).unlink(missing_ok=True)
 
     def is_running(self) -> bool:
@@ -299,8 +300,8 @@ class LabVM:
 
     def _reset_run_dir(self) -> None:
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        for name in (STATE_FILE, "disk.qcow2", "qemu.pid", "known_hosts", "console.log",
-                     "qemu.log", "monitor.sock"):  # fmt: skip
+        for name in (STATE_FILE, "disk.qcow2", "qemu.pid", "known_hosts", "id_ed25519",
+                     "console.log", "qemu.log", "monitor.sock"):  # fmt: skip
             (self.run_dir / name).unlink(missing_ok=True)
 
     def _launch(self, accel: str, disk: Path, port: int) -> bool:
@@ -322,10 +323,13 @@ class LabVM:
         assert self.image is not None and self._proc is not None
         known_hosts = self.run_dir / "known_hosts"
         known_hosts.write_text(known_hosts_line(port, self.image.host_key_pub))
-        self.image.client_key.chmod(0o600)
+        # A copy, so that rebuilding the image (new keys) leaves a running VM reachable.
+        client_key = self.run_dir / "id_ed25519"
+        shutil.copyfile(self.image.client_key, client_key)
+        client_key.chmod(0o600)
         self.state = LabState(
             name=HOST_NAME, host="127.0.0.1", port=port, user="root",
-            ssh_key=str(self.image.client_key), known_hosts=str(known_hosts),
+            ssh_key=str(client_key), known_hosts=str(known_hosts),
             pid=self._proc.pid, accel=accel, run_dir=str(self.run_dir),
             image=str(self.image.base), console_log=str(self.run_dir / "console.log"),
             started_at=time.time(),

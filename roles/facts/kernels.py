@@ -7,7 +7,7 @@
   `dpkg -l` lines ("ii  pve-kernel-5.15.30-2-pve  5.15.30-3  amd64  ...") are read as well;
 - `apt-mark showhold` (one package a line).
 
-Only installed packages count (status "ii", or "hi" when held). Package names map to kernel versions:
+Only installed packages count ("ii", or "hi" when held). Package names map to kernel versions:
 `proxmox-kernel-6.8.12-4-pve-signed` and `proxmox-kernel-6.8.12-4-pve` -> "6.8.12-4-pve",
 `pve-kernel-5.15.30-2-pve` -> "5.15.30-2-pve", `linux-image-6.1.0-31-amd64` (and its
 `-unsigned` twin) -> "6.1.0-31-amd64". Meta packages that install no kernel of their own

@@ -9,17 +9,23 @@ What it changes and why:
   can't set raw lxc keys, so the file is edited, keeping every line it doesn't own,
   the description comments and the [snapshot]/[pve:pending] sections (``pve_config``);
 - restarts a running container to apply such changes only when the spec allows it,
-  otherwise reports "pending restart" (``plan``).
+  otherwise reports "pending restart" (``plan``); "pending" is read from the live node
+  (/var/lib/lxc/VMID/config, written by ``pct start``), so it holds until the restart.
+
+Entry point: ``lxc_gpu(specs)`` (``@deploy``), after ``validate.validate_container_hosts``
+checked every host's declared containers (host data ``gpunode_containers``) against its
+facts; deploy/containers.py does both. The operations are in ``roles.ops.lxc``; the knobs
+and their defaults in ``defaults``.
 
 The ``@pct/HOST:VMID`` connector (``connector``) then runs operations inside the
-container through ``pct exec``.
+container through ``pct exec`` (the ``container`` role).
 """
 
 from __future__ import annotations
 
-from pyinfra import host
 from pyinfra.api import deploy
 
+from roles.facts.cache import cached_fact
 from roles.lxc_gpu.facts import NvidiaDevices
 from roles.lxc_gpu.passthrough import DeviceNode
 from roles.lxc_gpu.plan import desired_lxc_lines, lxc_line
@@ -29,7 +35,7 @@ __all__ = ["lxc_gpu"]
 
 
 def _host_devices() -> tuple[dict[str, int], list[DeviceNode]]:
-    fact = host.get_fact(NvidiaDevices)
+    fact = cached_fact(NvidiaDevices)
     fact = getattr(fact, "data", fact)
     majors = {str(k): int(v) for k, v in dict(fact["majors"]).items()}
     return majors, [DeviceNode(**dict(d)) for d in fact["devices"]]

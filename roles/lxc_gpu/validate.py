@@ -159,6 +159,16 @@ def check_host_containers(host_name: str, raw: Any, facts: HostFacts) -> list[Co
         text = facts.configs.get(spec.vmid)
         if text is not None:
             current = pve_config.main_options(pve_config.parse_pve_lxc_config(text))
+            if current.get("lock"):
+                problems.append(
+                    SpecProblem(
+                        field=f"{prefix}.vmid",
+                        value=spec.vmid,
+                        problem=f"the container is locked ({current['lock']}): Proxmox is "
+                        "working on it",
+                        fix="run again when that has finished",
+                    )
+                )
             for message in immutable_mismatches(spec, current):
                 problems.append(
                     SpecProblem(

@@ -20,8 +20,9 @@ Inside the container (reached with ``@pct`` or SSH):
 - ``verify_container(expected_gpus, host_driver_version)``: nvidia-smi -L count, ``ulimit -l``,
   the driver libraries against the host's module; reports, changes nothing.
 
-Each one reads its facts when it runs and yields only what is needed; converged, it yields
-nothing and says why (``host.noop``).
+Each one reads its facts when it runs (``cached_fact``: once per host until an operation
+changes it) and yields only what is needed; converged, it yields nothing and says why
+(``host.noop``).
 """
 
 from __future__ import annotations
@@ -35,8 +36,10 @@ from pyinfra import host, logger, state
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
 
 from roles.audit.verify import summary_lines
+from roles.container.defaults import DEFAULT_PACKAGES
 from roles.container.facts import AptVersions, ContainerGpuState
 from roles.container.plan import container_checks, install_command, userspace_plan
+from roles.facts.cache import cached_fact
 from roles.facts.dpkg import InstalledPackages
 from roles.lxc_gpu import pve_config
 from roles.lxc_gpu.facts import LxcStartedConfig, NvidiaDevices, PctList, PveLxcConfigText
@@ -68,7 +71,7 @@ def _spec(spec: ContainerSpec | dict) -> ContainerSpec:
 
 
 def _host_devices() -> tuple[dict[str, int], list[DeviceNode]]:
-    fact = _data(host.get_fact(NvidiaDevices))
+    fact = _data(cached_fact(NvidiaDevices))
     majors = {str(k): int(v) for k, v in dict(fact["majors"]).items()}
     devices = [DeviceNode(**dict(d)) for d in fact["devices"]]
     return majors, devices
@@ -76,7 +79,7 @@ def _host_devices() -> tuple[dict[str, int], list[DeviceNode]]:
 
 def _listed(vmid: int) -> dict | None:
     """This node's `pct list` row for vmid, or None."""
-    containers = _data(host.get_fact(PctList)) or {}
+    containers = _data(cached_fact(PctList)) or {}
     row = containers.get(vmid, containers.get(str(vmid)))
     return dict(row) if row is not None else None
 
@@ -188,15 +191,27 @@ def container_config_lines(
     Lines gpunode doesn't own, comments, [pve:pending] and snapshot sections are kept byte
     for byte; nothing is written when the text is already right.
     """
-    text = host.get_fact(PveLxcConfigText, vmid=vmid)
+    text = cached_fact(PveLxcConfigText, vmid=vmid)
     if text is None:
         host.noop(f"container {vmid} does not exist yet: its lines go in when it is created")
         return
+    refuse_if_locked(vmid, text)
     new_text = converged_config_text(text, lines, nvidia_majors, extra_lines or [])
     if new_text == text:
         host.noop(f"{config_path(vmid)}: lxc lines up to date")
         return
     yield from guarded_write_commands(vmid, text, new_text)
+
+
+def refuse_if_locked(vmid: int, config_text: str) -> None:
+    """A ``lock:`` in the main section (backup, migrate, snapshot, mounted...) means Proxmox
+    is working on the container: pct refuses to change it then, and so does gpunode."""
+    lock = pve_config.get(pve_config.parse_pve_lxc_config(config_text), "lock")
+    if lock:
+        raise OperationError(
+            f"container {vmid} is locked ({lock}): run again when Proxmox has finished "
+            f"(`pct unlock {vmid}` only if no {lock} is running)"
+        )
 
 
 def current_options(config_text: str) -> dict[str, str]:
@@ -218,10 +233,11 @@ def container_options(spec: ContainerSpec):
     what to do instead.
     """
     spec = _spec(spec)
-    text = host.get_fact(PveLxcConfigText, vmid=spec.vmid)
+    text = cached_fact(PveLxcConfigText, vmid=spec.vmid)
     if text is None:
         host.noop(f"container {spec.vmid} does not exist yet: pct create sets its options")
         return
+    refuse_if_locked(spec.vmid, text)
     current = current_options(text)
     problems = immutable_mismatches(spec, current)
     if problems:
@@ -261,8 +277,8 @@ def container_restarted(spec: ContainerSpec):
     majors, devices = _host_devices()
     reasons = restart_reasons(
         spec,
-        host.get_fact(PveLxcConfigText, vmid=spec.vmid),
-        host.get_fact(LxcStartedConfig, vmid=spec.vmid),
+        cached_fact(PveLxcConfigText, vmid=spec.vmid),
+        cached_fact(LxcStartedConfig, vmid=spec.vmid),
         majors,
         devices,
     )
@@ -300,18 +316,20 @@ def nvidia_userspace(version: str, packages: list[str], container: str = ""):
     host's version and the versions apt offers.
     """
     name = container or host.name
-    installed = dict(_data(host.get_fact(InstalledPackages, patterns=packages)) or {})
-    available = dict(_data(host.get_fact(AptVersions, packages=packages)) or {})
+    installed = dict(_data(cached_fact(InstalledPackages, patterns=packages)) or {})
+    available = dict(_data(cached_fact(AptVersions, packages=packages)) or {})
     plan = userspace_plan(name, version, packages, installed, available)
     if plan.ok:
         host.noop(f"NVIDIA userspace {version} installed ({', '.join(packages)})")
         return
     if plan.refusal is not None:
         # apt's lists may just be old (a fresh container has none): refresh once and look again.
-        yield StringCommand("apt-get update -q")
+        # Offline or a broken source: carry on, the second look says what apt has.
+        yield StringCommand("apt-get update -q || true")
         if not _executing():
             yield install_command(packages, version)
             return
+        # After apt-get update, inside this operation: read again, past the fact cache.
         available = dict(_data(host.get_fact(AptVersions, packages=packages)) or {})
         plan = userspace_plan(name, version, packages, installed, available)
         if plan.refusal is not None:
@@ -336,8 +354,9 @@ def verify_container(
     if not _executing():
         host.noop("verify after the other operations ran")
         return
-    gpu_state = _data(host.get_fact(ContainerGpuState))
-    installed = dict(_data(host.get_fact(InstalledPackages, patterns=packages or [])) or {})
+    packages = packages or DEFAULT_PACKAGES
+    gpu_state = _data(cached_fact(ContainerGpuState))
+    installed = dict(_data(cached_fact(InstalledPackages, patterns=packages)) or {})
     checks = container_checks(gpu_state, expected_gpus, host_driver_version, installed)
     for line in summary_lines(host.name, checks):
         is_open = any(f" {rank} " in line for rank in ("P0", "P1"))

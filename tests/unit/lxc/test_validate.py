@@ -55,7 +55,9 @@ def test_nothing_declared_is_fine_on_any_host():
 
 def test_containers_on_a_host_without_proxmox_name_the_host():
     (line,) = problems([item()], HostFacts(node=None))
-    assert line.startswith("pve1: gpunode_containers (vmids) = [110]: pve1 is not a Proxmox VE host")
+    assert line.startswith(
+        "pve1: gpunode_containers (vmids) = [110]: pve1 is not a Proxmox VE host"
+    )
     assert "remove gpunode_containers from pve1's data" in line
 
 
@@ -132,3 +134,12 @@ def test_existing_container_config_is_read_for_the_checks():
     config = "hostname: llm-a\nrootfs: local-lvm:vm-110-disk-0,size=64G\nunprivileged: 1\n"
     pve = FakeHost("pve1", {"gpunode_containers": [item()]}, facts(configs={110: config}))
     assert [s.vmid for s in validate_container_hosts([pve])["pve1"]] == [110]
+
+
+def test_locked_container_is_refused():
+    config = (
+        "hostname: llm-a\nlock: backup\nrootfs: local-lvm:vm-110-disk-0,size=64G\n"
+        "unprivileged: 1\n"
+    )
+    (line,) = problems([item()], facts(configs={110: config}))
+    assert "containers[0].vmid = 110: the container is locked (backup)" in line

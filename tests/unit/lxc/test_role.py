@@ -1,0 +1,94 @@
+"""The lxc_gpu role's wiring on a pyinfra State (facts patched, nothing run): a fresh host
+gets create + lines + start, a converged host gets no command at all."""
+
+from unittest.mock import patch
+
+import pytest
+from pyinfra.api import Config, Inventory, State
+from pyinfra.api.connect import connect_all
+from pyinfra.api.deploy import add_deploy
+from pyinfra.context import ctx_host, ctx_state
+
+from roles.lxc_gpu import lxc_gpu
+from roles.lxc_gpu.passthrough import DeviceNode
+from roles.lxc_gpu.plan import edit_config_text
+from roles.profile.container import ContainerSpec
+
+DEVICES = {
+    "majors": {"nvidia": 195, "nvidiactl": 195, "nvidia-uvm": 510},
+    "devices": [
+        {"path": "/dev/nvidia0", "kind": "char", "major": 195, "minor": 0},
+        {"path": "/dev/nvidia1", "kind": "char", "major": 195, "minor": 1},
+        {"path": "/dev/nvidiactl", "kind": "char", "major": 195, "minor": 255},
+    ],
+}
+SPEC = ContainerSpec(
+    vmid=110,
+    hostname="llm-a",
+    ostemplate="local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst",
+    gpus=[1],
+)
+CONFIG = (
+    "arch: amd64\ncores: 8\nfeatures: nesting=1\nhostname: llm-a\nmemory: 32768\n"
+    "net0: name=eth0,bridge=vmbr0,hwaddr=BC:24:11:5E:7A:01,ip=dhcp,type=veth\nonboot: 1\n"
+    "rootfs: local-lvm:vm-110-disk-0,size=64G\nswap: 0\nunprivileged: 1\n"
+)
+
+
+def run_role(facts: dict) -> list[tuple[str, list[str]]]:
+    inventory = Inventory((["@local"], {}))
+    state = State(inventory, Config())
+    connect_all(state)
+    host = inventory.get_host("@local")
+
+    def get_fact(self, cls, *args, **kwargs):
+        return facts[cls.__name__]
+
+    plan = []
+    with patch("pyinfra.api.host.Host.get_fact", get_fact):
+        add_deploy(state, lxc_gpu, [SPEC])
+        with ctx_state.use(state), ctx_host.use(host):
+            for op_hash in state.get_op_order():
+                (name,) = state.get_op_meta(op_hash).names
+                data = state.get_op_data_for_host(host, op_hash)
+                commands = [str(c.get_raw_value()) for c in data.command_generator()]
+                plan.append((name.split(" | ", 1)[1], commands))
+    return plan
+
+
+@pytest.fixture(autouse=True)
+def _not_cli(monkeypatch):
+    monkeypatch.setattr("pyinfra.is_cli", False)
+
+
+def test_fresh_host_creates_with_the_gpu_lines_then_starts():
+    plan = run_role({"NvidiaDevices": DEVICES, "PctList": {}, "PveLxcConfigText": None})
+    assert [name for name, _ in plan] == [
+        "Create container 110 (llm-a)",
+        "GPU lines of container 110 (llm-a) in /etc/pve/lxc/110.conf",
+        "Options of container 110 (llm-a)",
+        "Restart container 110 (llm-a) if it runs an older config (not allowed: report only)",
+    ]
+    create = plan[0][1]
+    assert create[0].startswith("pct create 110 ") and create[2] == "pct start 110"
+    assert "'lxc.cgroup2.devices.allow: c 195:1 rwm'" in create[1]
+    assert "'lxc.mount.entry: /dev/nvidia1 dev/nvidia1 none bind,optional,create=file'" in create[1]
+    assert "nvidia0" not in create[1]
+    assert all(commands == [] for _, commands in plan[1:])
+
+
+def test_converged_host_yields_no_command():
+    nodes = [DeviceNode(**d) for d in DEVICES["devices"]]
+    text = edit_config_text(CONFIG, SPEC, DEVICES["majors"], nodes)
+    started = "".join(
+        f"{k.strip()} = {v.strip()}\n"
+        for k, _, v in (ln.partition(":") for ln in text.splitlines() if ln.startswith("lxc."))
+    )
+    plan = run_role({
+        "NvidiaDevices": DEVICES,
+        "PctList": {110: {"status": "running", "lock": "", "name": "llm-a"}},
+        "PveLxcConfigText": text,
+        "LxcStartedConfig": "lxc.arch = amd64\n" + started,
+    })
+    assert len(plan) == 4
+    assert all(commands == [] for _, commands in plan)
