@@ -10,8 +10,10 @@ when QEMU cannot run at all here. GPUNODE_LAB_REUSE=1 uses a VM already started 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -75,7 +77,10 @@ def lab_vm() -> Iterator[LabVM]:
     if reason:
         _skip(reason)
     started = time.monotonic()
-    vm = LabVM(cache_dir() / "run-pytest", ensure_image())
+    # A run dir of its own: two test sessions (or a session and `python -m lab up`) never
+    # stop each other's guest.
+    run_dir = Path(tempfile.mkdtemp(prefix="run-pytest-", dir=cache_dir()))
+    vm = LabVM(run_dir, ensure_image())
     old_run_dir = os.environ.get(RUN_DIR_ENV)
     os.environ[RUN_DIR_ENV] = str(vm.run_dir)
     try:
@@ -85,6 +90,7 @@ def lab_vm() -> Iterator[LabVM]:
         yield vm
     finally:
         vm.stop()
+        shutil.rmtree(run_dir, ignore_errors=True)
         if old_run_dir is None:
             os.environ.pop(RUN_DIR_ENV, None)
         else:

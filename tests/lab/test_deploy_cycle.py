@@ -157,6 +157,9 @@ def test_4_reboot_allowed_applies_cmdline_and_boot_unit_reapplies(cycle):
     assert_profile_live(state, profile)
     assert "processor.max_cstate=1" in state["cmdline"]
     assert sh(vm, "cat /sys/module/processor/parameters/max_cstate").strip() == "1"
+    # kernel_pin: running -> GRUB_DEFAULT names the pinned entry, and GRUB really booted it
+    kernel = sh(vm, "uname -r").strip()
+    assert f"with Linux {kernel}'" in vm.console_tail(400)
     journal = sh(vm, "journalctl -b -u gpunode-tune.service --no-pager -o cat")
     for bdf in cycle["matched"]:
         assert f"{bdf}: device did not accept MaxReadReq=4096 (reads 128)" in journal
