@@ -4,6 +4,7 @@ re-run with zero changes, drift repair. The steps run in order on one guest.
 
 from __future__ import annotations
 
+import json
 import shlex
 
 import pytest
@@ -16,6 +17,7 @@ from tests.lab.pyinfra_cli import run_pyinfra
 pytestmark = pytest.mark.lab
 
 SITE = "deploy/site.py"
+AUDIT = "deploy/audit.py"
 SYSCTL_FILE = "/etc/sysctl.d/90-gpunode.conf"
 OWNED_FILES = [
     SYSCTL_FILE,
@@ -89,9 +91,18 @@ def assert_profile_live(state: dict, profile) -> None:
 
 
 @pytest.fixture(scope="module")
-def cycle(lab_vm):
+def cycle(lab_vm, tmp_path_factory):
     """Shared record of the steps (each test adds to it)."""
-    return {"vm": lab_vm, "profile": lab_profile()}
+    return {"vm": lab_vm, "profile": lab_profile(),
+            "reports": tmp_path_factory.mktemp("audit-reports")}
+
+
+def report_counts(report: dict) -> dict[str, int]:
+    """Checks per status in the audit's JSON report."""
+    counts: dict[str, int] = {}
+    for check in report["checks"]:
+        counts[check["status"]] = counts.get(check["status"], 0) + 1
+    return counts
 
 
 def test_1_dry_run_lists_changes_and_changes_nothing(cycle):
@@ -106,6 +117,13 @@ def test_1_dry_run_lists_changes_and_changes_nothing(cycle):
     for expected in ("Write /etc/sysctl.d/90-gpunode.conf", "Set sysctl values now",
                      "Load kernel modules now", "Persist kernel cmdline"):
         assert any(expected in name for name in planned), (expected, planned)
+    assert live_state(vm, profile) == before
+    audit = run_pyinfra(AUDIT, "-y", "--data", "report=json", "--data",
+                        f"report_dir={cycle['reports']}")
+    assert audit.returncode != 0, "a fresh node has open P0/P1 findings"
+    assert "audit failed" in audit.log
+    report = json.loads((cycle["reports"] / "gpunode-lab.json").read_text())
+    assert report_counts(report)["P0"] > 0
     assert live_state(vm, profile) == before
 
 
@@ -180,6 +198,11 @@ def test_5_rerun_changes_nothing(cycle):
     assert dry.returncode == 0, dry.log
     assert dry.planned_changes() == []
     assert "verified" in run.log and " 0 open" in run.log
+    audit = run_pyinfra(AUDIT, "-y", "--data", "report=json", "--data",
+                        f"report_dir={cycle['reports']}")
+    assert audit.returncode == 0, audit.log
+    report = json.loads((cycle["reports"] / "gpunode-lab.json").read_text())
+    assert report_counts(report)["P0"] == 0 and report_counts(report)["P1"] == 0
 
 
 def test_6_drift_is_named_exactly_and_repaired(cycle):
