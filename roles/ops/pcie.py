@@ -89,7 +89,8 @@ def max_read_request(selector: PcieSelector, size: int = 4096):
     """
     selector = PcieSelector.model_validate(selector)
     devices = as_models(PcieDevice, cached_fact(PcieDevices))
-    refused = dict(getattr(cached_fact(MaxReadReqRefusals), "data", None) or {})
+    refused_fact = cached_fact(MaxReadReqRefusals)
+    refused = dict(getattr(refused_fact, "data", refused_fact) or {})
     todo, refusing = devices_to_write(devices, selector, size, refused)
     for device in todo:
         yield StringCommand(write_and_verify_command(device.bdf, size))
