@@ -63,7 +63,8 @@ def live_state(vm, profile) -> dict:
     files = sh(vm, "; ".join(f"[ -e {f} ] && echo {f} || true" for f in OWNED_FILES))
     return {
         "sysctls": dict(line.split("=", 1) for line in sysctls.splitlines()),
-        "modules": sh(vm, "ls /sys/module").split(),
+        # only the profile's modules: udev keeps autoloading others (kvm_amd, ccp) after boot
+        "modules": sorted(set(sh(vm, "ls /sys/module").split()) & set(profile.modules)),
         "files": files.split(),
         "devctl": device_controls(vm),
         "grub": sh(vm, "cat /etc/default/grub"),
