@@ -28,13 +28,24 @@ class FactCache(BaseStateCallback):
         self.generation: dict[str, int] = defaultdict(int)
         self.misses = 0
         self.hits = 0
+        # pyinfra calls operation_host_success before it records the operation's commands
+        # (OperationMeta.set_complete), so did_change() can't be asked there: remember the
+        # operation and ask at the host's next fact read, when the answer is known.
+        self.pending: dict[str, list[tuple]] = defaultdict(list)
 
     def invalidate(self, host_name: str) -> None:
         self.generation[host_name] += 1
+        self.pending.pop(host_name, None)
+
+    def settle(self, host_name: str) -> None:
+        """Invalidate the host if an operation that finished since the last read changed it."""
+        for state, host, op_hash in self.pending.pop(host_name, []):
+            if _op_changed(state, host, op_hash):
+                self.invalidate(host_name)
+                return
 
     def operation_host_success(self, state, host, op_hash, retry_count: int = 0) -> None:
-        if _op_changed(state, host, op_hash):
-            self.invalidate(host.name)
+        self.pending[host.name].append((state, host, op_hash))
 
     def operation_host_error(self, state, host, op_hash, *args) -> None:
         self.invalidate(host.name)
@@ -42,7 +53,8 @@ class FactCache(BaseStateCallback):
 
 def _op_changed(state, host, op_hash) -> bool:
     try:
-        return bool(state.ops[host][op_hash].operation_meta.did_change())
+        meta = state.ops[host][op_hash].operation_meta
+        return not meta.is_complete() or bool(meta.did_change())
     except Exception:  # noqa: BLE001 - unknown shape: assume it changed (never serve stale)
         return True
 
@@ -69,6 +81,7 @@ def cached_fact(fact_cls: type, **kwargs: Any) -> Any:
     if cache is None:
         return current_host.get_fact(fact_cls, **kwargs)
     name = current_host.name
+    cache.settle(name)
     key = _key(name, state.current_stage, cache.generation[name], fact_cls, kwargs)
     if key not in cache.values:
         cache.misses += 1
