@@ -1,10 +1,16 @@
-"""Run the pyinfra CLI in-process and count the remote commands it sends (bench only).
+"""Run the pyinfra CLI in-process and count what it sends to the hosts (bench only).
 
     python bench/pyinfra_counted.py inventories/lab.py deploy/site.py -y
 
-Wraps pyinfra.api.host.Host.run_shell_command (facts and operations both go through it) and
-prints one JSON line to stderr at exit: {"remote_commands": N, "fact_cache": {...}, "wall_s": T}.
-Measurement only: nothing here is imported by gpunode itself.
+Wraps pyinfra.api.host.Host.run_shell_command (facts and operations both go through it),
+Host.put_file (SFTP uploads) and Host.get_fact (which fact ran, how often), and prints one JSON
+line to stderr at exit:
+
+    BENCH {"remote_commands": N, "uploads": U, "facts": {"Fact(args)": n, ...},
+           "fact_commands": F, "per_host": {...}, "fact_cache": {...}, "wall_s": T}
+
+remote_commands counts every shell command, fact reads included (fact_commands of them);
+uploads are separate SFTP transfers. Measurement only: nothing here is imported by gpunode.
 """
 
 from __future__ import annotations
@@ -18,13 +24,40 @@ from collections import Counter
 from pyinfra.api.host import Host
 
 COUNTS: Counter[str] = Counter()
+UPLOADS: Counter[str] = Counter()
+FACTS: Counter[str] = Counter()
 STARTED = time.monotonic()
-_original = Host.run_shell_command
+_run = Host.run_shell_command
+_put = Host.put_file
+_get_fact = Host.get_fact
 
 
-def _counted(self, *args, **kwargs):
+def _counted_run(self, *args, **kwargs):
     COUNTS[self.name] += 1
-    return _original(self, *args, **kwargs)
+    return _run(self, *args, **kwargs)
+
+
+def _counted_put(self, *args, **kwargs):
+    UPLOADS[self.name] += 1
+    return _put(self, *args, **kwargs)
+
+
+def _fact_label(fact, kwargs: dict) -> str:
+    name = getattr(fact, "__name__", str(fact))
+    if not kwargs:
+        return name
+    # Keep labels short: long list arguments (sysctl keys) are shown by length only.
+    parts = []
+    for key, value in sorted(kwargs.items()):
+        if isinstance(value, (list, tuple)) and len(value) > 2:
+            value = f"[{len(value)} items]"
+        parts.append(f"{key}={value}")
+    return f"{name}({', '.join(parts)})"
+
+
+def _counted_get_fact(self, fact, *args, **kwargs):
+    FACTS[_fact_label(fact, kwargs)] += 1
+    return _get_fact(self, fact, *args, **kwargs)
 
 
 def _report() -> None:
@@ -33,6 +66,9 @@ def _report() -> None:
     cache = getattr(ctx_state.get(), "_gpunode_fact_cache", None) if ctx_state.isset() else None
     payload = {
         "remote_commands": sum(COUNTS.values()),
+        "uploads": sum(UPLOADS.values()),
+        "fact_commands": sum(FACTS.values()),
+        "facts": dict(FACTS.most_common()),
         "per_host": dict(COUNTS),
         "fact_cache": {"hits": cache.hits, "misses": cache.misses} if cache else None,
         "wall_s": round(time.monotonic() - STARTED, 2),
@@ -41,7 +77,9 @@ def _report() -> None:
 
 
 def main() -> None:
-    Host.run_shell_command = _counted
+    Host.run_shell_command = _counted_run
+    Host.put_file = _counted_put
+    Host.get_fact = _counted_get_fact
     atexit.register(_report)
     from pyinfra_cli.main import main as pyinfra_main
 

@@ -1,0 +1,327 @@
+"""Lab bench: gpunode vs the same tuning as a plain Ansible playbook, on the lab node.
+
+    python bench/run_lab_bench.py                 # everything, ~15 min on 2 cores (TCG guest)
+    python bench/run_lab_bench.py --runs 3 --budget-s 900 --skip-host-fresh
+
+Boots its own lab VM (run dir <lab cache>/run-bench, never the one `python -m lab up` or the
+tests use) and measures, each time on a fresh overlay of the cached base image:
+
+  VM 1  gpunode   deploy/site.py -y  first converge, then --runs no-op re-runs; then
+                  deploy/host.py -y  --host-runs no-op re-runs (runtime tuning only)
+  VM 2  Ansible   bench/ansible/tuning.yml  converge, then up to --runs no-op re-runs, then
+                  gpunode deploy/site.py -y once on the Ansible-converged node (cross-check:
+                  same tuning -> gpunode finds (almost) nothing to change)
+  VM 3  gpunode   deploy/host.py -y  first converge (skipped with --skip-host-fresh, or when
+                  the budget is spent)
+
+Per run: wall time, remote commands (pyinfra: shell commands through Host.run_shell_command,
+counted by bench/pyinfra_counted.py, plus SFTP uploads; Ansible: ssh executions, counted by
+an ssh wrapper, one per module run with pipelining), changed operations/tasks, exit status,
+and the CPU-seconds other QEMU guests on this machine used meanwhile. Prints a table and writes
+bench/results/lab.json. The VM is stopped at the end, whatever happens.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH_DIR.parent))
+sys.path.insert(0, str(BENCH_DIR))
+
+from benchlib import (  # noqa: E402
+    REPO,
+    ContentionMeter,
+    Run,
+    git_revision,
+    machine_info,
+    median,
+    other_qemu_pids,
+    parse_ansible,
+    parse_pyinfra,
+    pyinfra_version,
+    stop_on_sigterm,
+    timed,
+    write_json,
+)
+
+from lab.image import cache_dir, ensure_image  # noqa: E402
+from lab.vm import RUN_DIR_ENV, LabVM  # noqa: E402
+
+ANSIBLE_DIR = BENCH_DIR / "ansible"
+ANSIBLE_VENV = BENCH_DIR / ".venv-ansible"
+PLAYBOOK = ANSIBLE_DIR / "tuning.yml"
+COUNTED = BENCH_DIR / "pyinfra_counted.py"
+RESULTS = BENCH_DIR / "results" / "lab.json"
+SSH_WRAPPER = """#!/bin/sh
+# bench: one line per ssh execution Ansible makes, then the real ssh.
+{ printf '%s\n' "$*" | tail -c 160 | tr '\n' ' '; echo; } >> "$GPUNODE_BENCH_SSH_LOG"
+exec ssh "$@"
+"""
+
+
+def ensure_ansible() -> Path:
+    """bench/.venv-ansible with ansible-core (created on first use)."""
+    playbook = ANSIBLE_VENV / "bin" / "ansible-playbook"
+    if not playbook.exists():
+        print(f"creating {ANSIBLE_VENV} (pip install ansible-core) ...", flush=True)
+        subprocess.run([sys.executable, "-m", "venv", str(ANSIBLE_VENV)], check=True)
+        subprocess.run([str(ANSIBLE_VENV / "bin" / "pip"), "install", "-q", "ansible-core"],
+                       check=True)
+    return playbook
+
+
+def ansible_version() -> str:
+    out = subprocess.run([str(ANSIBLE_VENV / "bin" / "ansible"), "--version"],
+                         capture_output=True, text=True).stdout
+    return out.splitlines()[0] if out else "?"
+
+
+class Bench:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.started = time.monotonic()
+        stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+        self.logs = cache_dir() / "bench-logs" / stamp
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.vm = LabVM(cache_dir() / "run-bench", ensure_image())
+        self.boots: list[dict] = []
+        self.notes: list[str] = []
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def boot(self, purpose: str) -> None:
+        """A fresh VM: stop the previous one, start on a new overlay, wait for SSH."""
+        if self.vm.is_running():
+            self.vm.stop()
+        t0 = time.monotonic()
+        state = self.vm.start()
+        waited = self.vm.wait_ssh(420)
+        self.boots.append({"purpose": purpose, "accel": state.accel,
+                           "ssh_after_s": round(time.monotonic() - t0, 1),
+                           "wait_ssh_s": round(waited, 1)})
+        print(f"[{self.elapsed():6.0f}s] VM up for {purpose}: ssh after "
+              f"{time.monotonic() - t0:.0f} s ({state.accel})", flush=True)
+
+    def meter(self) -> ContentionMeter:
+        own = {self.vm.state.pid} if self.vm.state else set()
+        return ContentionMeter(own)
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env[RUN_DIR_ENV] = str(self.vm.run_dir)
+        env.pop("GPUNODE_LAB_REBOOT", None)  # the lab profile must not reboot here
+        return env
+
+    def pyinfra(self, label: str, deploy: str, tag: str) -> Run:
+        argv = [sys.executable, str(COUNTED), "inventories/lab.py", deploy, "-y"]
+        run = parse_pyinfra(timed(label, argv, self.logs / f"{tag}.log", env=self.env(),
+                                  timeout=self.args.timeout_s, meter=self.meter()))
+        self.report(run)
+        return run
+
+    def ansible(self, label: str, tag: str) -> Run:
+        state = self.vm.state
+        assert state is not None
+        inventory = self.logs / "ansible-inventory.ini"
+        template = (ANSIBLE_DIR / "inventory.ini.in").read_text()
+        inventory.write_text(template.format(**vars(state)))
+        wrapper = self.logs / "ssh-counted"
+        if not wrapper.exists():
+            wrapper.write_text(SSH_WRAPPER)
+            wrapper.chmod(0o755)
+        count_file = self.logs / f"{tag}.ssh"
+        env = dict(os.environ)
+        env.update({
+            "ANSIBLE_CONFIG": str(ANSIBLE_DIR / "ansible.cfg"),
+            "ANSIBLE_SSH_EXECUTABLE": str(wrapper),
+            "GPUNODE_BENCH_SSH_LOG": str(count_file),
+            "ANSIBLE_NOCOLOR": "1",
+        })  # fmt: skip
+        argv = [str(ANSIBLE_VENV / "bin" / "ansible-playbook"), "-i", str(inventory),
+                str(PLAYBOOK)]
+        run = timed(label, argv, self.logs / f"{tag}.log", env=env,
+                    timeout=self.args.timeout_s, meter=self.meter())
+        run = parse_ansible(run, count_file)
+        self.report(run)
+        return run
+
+    def report(self, run: Run) -> None:
+        c = run.contention
+        other = f", other VMs {c.other_vms} used {c.other_vm_cpu_s:.0f} CPU-s" if c else ""
+        print(f"[{self.elapsed():6.0f}s] {run.label}: {run.wall_s:.1f} s, rc={run.rc}, "
+              f"remote cmds={run.remote_commands}, changed={run.changed}{other}", flush=True)
+        if run.rc != 0:
+            print(f"          (log: {run.log})", flush=True)
+
+    def repeat(self, make_run, runs: int, reserve_s: float) -> list[Run]:
+        """Up to `runs` runs; stop early (after at least one) when the budget would be spent."""
+        done: list[Run] = []
+        for i in range(runs):
+            if done and self.elapsed() + done[-1].wall_s + reserve_s > self.args.budget_s:
+                self.notes.append(f"{done[-1].label.rsplit(' #', 1)[0]}: {len(done)} of {runs} "
+                                  "runs (time budget)")
+                break
+            done.append(make_run(i + 1))
+        return done
+
+    # -- phases --------------------------------------------------------------------------------
+
+    def gpunode_phase(self) -> dict:
+        self.boot("gpunode site.py")
+        converge = self.pyinfra("gpunode site.py first converge", "deploy/site.py",
+                                "gpunode-site-converge")
+        site_noop = self.repeat(
+            lambda i: self.pyinfra(f"gpunode site.py no-op #{i}", "deploy/site.py",
+                                   f"gpunode-site-noop-{i}"),
+            self.args.runs, reserve_s=self.args.reserve_s)
+        host_noop = self.repeat(
+            lambda i: self.pyinfra(f"gpunode host.py no-op #{i}", "deploy/host.py",
+                                   f"gpunode-host-noop-{i}"),
+            self.args.host_runs, reserve_s=self.args.reserve_s)
+        return {"site_converge": converge.as_dict(),
+                "site_noop": [r.as_dict() for r in site_noop],
+                "site_noop_median_s": median([r.wall_s for r in site_noop]),
+                "host_noop": [r.as_dict() for r in host_noop],
+                "host_noop_median_s": median([r.wall_s for r in host_noop])}
+
+    def ansible_phase(self) -> dict:
+        ensure_ansible()
+        self.boot("Ansible")
+        converge = self.ansible("ansible tuning.yml converge", "ansible-converge")
+        noop = self.repeat(
+            lambda i: self.ansible(f"ansible tuning.yml no-op #{i}", f"ansible-noop-{i}"),
+            self.args.runs, reserve_s=60.0)
+        cross = self.pyinfra("gpunode site.py on the Ansible-converged node", "deploy/site.py",
+                             "gpunode-after-ansible")
+        return {"version": ansible_version(), "converge": converge.as_dict(),
+                "noop": [r.as_dict() for r in noop],
+                "noop_median_s": median([r.wall_s for r in noop]),
+                "gpunode_site_after_ansible": cross.as_dict()}
+
+    def host_fresh_phase(self) -> dict | None:
+        if self.elapsed() + self.args.reserve_s > self.args.budget_s:
+            self.notes.append("host.py first converge skipped (time budget)")
+            return None
+        self.boot("gpunode host.py")
+        run = self.pyinfra("gpunode host.py first converge", "deploy/host.py",
+                           "gpunode-host-converge")
+        return {"host_converge": run.as_dict()}
+
+
+def ratio(slow: float | None, fast: float | None) -> float | None:
+    return round(slow / fast, 2) if slow and fast else None
+
+
+def print_table(result: dict) -> None:
+    rows: list[tuple[str, dict | None, str]] = []
+    g, a = result.get("gpunode") or {}, result.get("ansible") or {}
+
+    def med_row(label: str, runs: list[dict]) -> None:
+        if not runs:
+            return
+        walls = sorted(r["wall_s"] for r in runs)
+        mid = sorted(runs, key=lambda r: r["wall_s"])[len(runs) // 2]
+        rows.append((f"{label} (median of {len(runs)})", mid,
+                     " / ".join(f"{w:.1f}" for w in walls)))
+
+    if g.get("site_converge"):
+        rows.append(("gpunode site.py first converge", g["site_converge"], ""))
+    med_row("gpunode site.py no-op", g.get("site_noop", []))
+    if g.get("host_converge"):
+        rows.append(("gpunode host.py first converge", g["host_converge"], ""))
+    med_row("gpunode host.py no-op", g.get("host_noop", []))
+    if a.get("converge"):
+        rows.append(("Ansible tuning.yml converge", a["converge"], ""))
+    med_row("Ansible tuning.yml no-op", a.get("noop", []))
+    if a.get("gpunode_site_after_ansible"):
+        rows.append(("gpunode site.py after Ansible", a["gpunode_site_after_ansible"], ""))
+
+    print()
+    print(f"{'run':46} {'wall s':>7} {'remote cmds':>11} {'uploads':>7} {'changed':>7} "
+          f"{'rc':>3} {'other VMs CPU-s':>15}  all runs")
+    for label, run, walls in rows:
+        c = run.get("contention") or {}
+        print(f"{label:46} {run['wall_s']:7.1f} {str(run.get('remote_commands')):>11} "
+              f"{str(run.get('uploads') if run.get('uploads') is not None else '-'):>7} "
+              f"{str(run.get('changed')):>7} {run['rc']:>3} "
+              f"{str(c.get('other_vm_cpu_s', '-')):>15}  {walls}")
+    r = result.get("ratios") or {}
+    print(f"\nAnsible / gpunode wall time: converge {r.get('converge')}x, "
+          f"no-op {r.get('noop')}x (goal: no-op >= 5x)")
+    for note in result.get("notes", []):
+        print(f"note: {note}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=3, help="no-op re-runs per tool (median)")
+    parser.add_argument("--host-runs", type=int, default=1, help="host.py no-op re-runs")
+    parser.add_argument("--budget-s", type=float, default=900.0,
+                        help="stop repeating no-op runs when the whole bench would pass this")
+    parser.add_argument("--reserve-s", type=float, default=300.0,
+                        help="time kept back for the phases still to come")
+    parser.add_argument("--timeout-s", type=float, default=900.0, help="per command")
+    parser.add_argument("--skip-gpunode", action="store_true")
+    parser.add_argument("--skip-ansible", action="store_true")
+    parser.add_argument("--skip-host-fresh", action="store_true")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args(argv)
+    stop_on_sigterm()
+
+    if shutil.which("qemu-system-x86_64") is None:
+        print("qemu-system-x86_64 missing: run `make lab` once (it installs the lab's tools)")
+        return 2
+    bench = Bench(args)
+    before = other_qemu_pids(set())
+    result: dict = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "machine": machine_info(),
+        "gpunode_revision": git_revision(),
+        "pyinfra": pyinfra_version(),
+        "other_qemu_at_start": len(before),
+        "logs": str(bench.logs),
+    }
+    print(f"lab bench: logs in {bench.logs}; other QEMU guests running now: {len(before)}",
+          flush=True)
+    try:
+        if not args.skip_gpunode:
+            result["gpunode"] = bench.gpunode_phase()
+        if not args.skip_ansible:
+            result["ansible"] = bench.ansible_phase()
+        if not args.skip_gpunode and not args.skip_host_fresh:
+            fresh = bench.host_fresh_phase()
+            if fresh:
+                result["gpunode"].update(fresh)
+    finally:
+        bench.vm.stop()
+        result["boots"] = bench.boots
+        result["notes"] = bench.notes
+        result["other_qemu_at_end"] = len(other_qemu_pids(set()))
+        result["total_s"] = round(bench.elapsed(), 1)
+        g, a = result.get("gpunode") or {}, result.get("ansible") or {}
+        result["ratios"] = {
+            "converge": ratio((a.get("converge") or {}).get("wall_s"),
+                              (g.get("site_converge") or {}).get("wall_s")),
+            "noop": ratio(a.get("noop_median_s"), g.get("site_noop_median_s")),
+        }
+        write_json(args.out, result)
+        print_table(result)
+        print(f"\nwrote {args.out.relative_to(REPO) if args.out.is_relative_to(REPO) else args.out}"
+              f" ({result['total_s']:.0f} s in all)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
