@@ -27,6 +27,8 @@ BOOT_SCRIPT = "/usr/local/sbin/gpunode-tune"
 BOOT_UNIT = "gpunode-tune.service"
 BOOT_UNIT_FILE = f"/etc/systemd/system/{BOOT_UNIT}"
 PACKAGES = ["pciutils", "kmod", "procps"]
+OWNED_FILES = (SYSCTL_FILE, MODULES_FILE, LIMITS_FILE, SYSTEMD_MEMLOCK_FILE, BOOT_SCRIPT,
+               BOOT_UNIT_FILE)
 
 
 def memlock_values(memlock: str | int) -> tuple[str, str]:

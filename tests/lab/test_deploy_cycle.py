@@ -10,6 +10,7 @@ import shlex
 import pytest
 
 from lab.profile import LAB_PROFILE, LAB_SELECTOR
+from roles.host_tuning import OWNED_FILES, SYSCTL_FILE
 from roles.ops.pcie import write_and_verify_command
 from roles.profile.loader import load_profile
 from tests.lab.pyinfra_cli import run_pyinfra
@@ -18,15 +19,6 @@ pytestmark = pytest.mark.lab
 
 SITE = "deploy/site.py"
 AUDIT = "deploy/audit.py"
-SYSCTL_FILE = "/etc/sysctl.d/90-gpunode.conf"
-OWNED_FILES = [
-    SYSCTL_FILE,
-    "/etc/modules-load.d/gpunode.conf",
-    "/etc/security/limits.d/90-gpunode-memlock.conf",
-    "/etc/systemd/system.conf.d/90-gpunode-memlock.conf",
-    "/usr/local/sbin/gpunode-tune",
-    "/etc/systemd/system/gpunode-tune.service",
-]
 
 
 def lab_profile():

@@ -11,20 +11,12 @@ import time
 
 import pytest
 
+from roles.host_tuning import OWNED_FILES, SYSCTL_FILE
 from tests.lab.pyinfra_cli import LAB_INVENTORY, REPO, pyinfra_bin, run_pyinfra
 
 pytestmark = pytest.mark.lab
 
 SITE = "deploy/site.py"
-SYSCTL_FILE = "/etc/sysctl.d/90-gpunode.conf"
-GPUNODE_FILES = [
-    SYSCTL_FILE,
-    "/etc/modules-load.d/gpunode.conf",
-    "/etc/security/limits.d/90-gpunode-memlock.conf",
-    "/etc/systemd/system.conf.d/90-gpunode-memlock.conf",
-    "/usr/local/sbin/gpunode-tune",
-    "/etc/systemd/system/gpunode-tune.service",
-]
 
 
 def sh(vm, command: str) -> str:
@@ -35,7 +27,7 @@ def sh(vm, command: str) -> str:
 
 def test_deploy_killed_mid_run_converges_next_time(lab_vm):
     """SIGKILL pyinfra while it writes files: no half file is live; the next run converges."""
-    sh(lab_vm, "rm -f " + " ".join(GPUNODE_FILES) + "; sysctl -w vm.swappiness=60")
+    sh(lab_vm, "rm -f " + " ".join(OWNED_FILES) + "; sysctl -w vm.swappiness=60")
     proc = subprocess.Popen([pyinfra_bin(), LAB_INVENTORY, SITE, "-y"], cwd=REPO,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             stdin=subprocess.DEVNULL)
@@ -49,7 +41,7 @@ def test_deploy_killed_mid_run_converges_next_time(lab_vm):
     finally:
         proc.wait()
     # Every owned file is absent or whole (the rename is atomic); temp files may remain.
-    for path in GPUNODE_FILES:
+    for path in OWNED_FILES:
         rc, out, _ = lab_vm.ssh(f"cat {path}")
         if rc == 0:
             assert out.endswith("\n") and "gpunode" in out, path

@@ -3,8 +3,8 @@
 from pathlib import Path
 
 from roles.facts.cpu import parse_cpu_sections, parse_idle_states
-from roles.facts.sections import MARKER
 from roles.ops.cpu import cpu_cmdline_params, cpus_by_state, states_to_disable
+from tests.unit._sections import sections_text
 
 DATA = Path(__file__).parents[1] / "data" / "cpuidle"
 
@@ -38,12 +38,8 @@ def test_group_by_state_index():
     assert cpus_by_state(parse_idle_states(text)) == {2: [0, 1, 2]}
 
 
-def _sections(**parts: str) -> str:
-    return "\n".join(f"{MARKER}{name}\n{text}\n" for name, text in parts.items())
-
-
 def test_cpu_sections_amd_host():
-    state = parse_cpu_sections(_sections(
+    state = parse_cpu_sections(sections_text(
         vendor="vendor_id\t: AuthenticAMD",
         idle_driver="acpi_idle",
         cpufreq_driver="acpi-cpufreq",

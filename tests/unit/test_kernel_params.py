@@ -1,9 +1,9 @@
 """sysctl / modules / memlock parsing and the module plan."""
 
 from roles.facts.kernel_params import parse_kernel_params, parse_limits_memlock
-from roles.facts.sections import MARKER
 from roles.ops.modules import plan_modules
 from roles.ops.sysctl import sysctl_changes
+from tests.unit._sections import sections_text
 
 # /proc/1/limits layout (rows trimmed); 8388608 is systemd 252's default memlock.
 PROC_LIMITS = """Limit                     Soft Limit           Hard Limit           Units
@@ -13,12 +13,8 @@ Max address space         unlimited            unlimited            bytes
 """
 
 
-def _sections(**parts: str) -> str:
-    return "\n".join(f"{MARKER}{name}\n{text}\n" for name, text in parts.items())
-
-
 def test_parse_kernel_params():
-    state = parse_kernel_params(_sections(
+    state = parse_kernel_params(sections_text(
         sysctl="kernel.numa_balancing=1\nnet.ipv4.tcp_rmem=4096\t131072\t6291456",
         modules="tcp_bbr 20480 0 - Live 0x0\next4 1 2 - Live 0x0\nblock\nnvidia_peermem",
         available="tcp_bbr",
@@ -49,7 +45,7 @@ def test_sysctl_changes_skip_missing_keys_and_fold_whitespace():
 
 
 def test_module_plan_peermem_without_rdma_is_not_applicable():
-    state = parse_kernel_params(_sections(modules="", available="nvidia_peermem tcp_bbr",
+    state = parse_kernel_params(sections_text(modules="", available="nvidia_peermem tcp_bbr",
                                           rdma=""))
     plan = plan_modules(state, ["nvidia_peermem", "tcp_bbr", "nope"], [])
     assert plan.load == ["tcp_bbr"]
@@ -59,7 +55,7 @@ def test_module_plan_peermem_without_rdma_is_not_applicable():
 
 
 def test_module_plan_peermem_with_rdma_loads_and_required_missing_is_flagged():
-    state = parse_kernel_params(_sections(modules="", available="nvidia_peermem",
+    state = parse_kernel_params(sections_text(modules="", available="nvidia_peermem",
                                           rdma="mlx5_0\nmlx5_1"))
     plan = plan_modules(state, ["nvidia-peermem", "nvidia_uvm"], ["nvidia_uvm"])
     assert plan.load == ["nvidia_peermem"]

@@ -1,0 +1,8 @@
+"""Build sectioned fact output (the inverse of roles.facts.sections.split_sections)."""
+
+from roles.facts.sections import MARKER
+
+
+def sections_text(**parts: str) -> str:
+    """MARKER lines and texts as the facts' section_command() prints them."""
+    return "\n".join(f"{MARKER}{name}\n{text}\n" for name, text in parts.items())
