@@ -17,7 +17,7 @@ test: lint
 	$(PYTHON) -m pytest -q -rs
 
 # The demo on the bundled lab node: build/reuse image, boot, --dry, apply, reboot, re-run, audit.
-lab:
+lab: install
 	$(PYTHON) -m lab demo
 
 lab-up:
