@@ -30,7 +30,7 @@ from roles.facts.cmdline import (
 from roles.facts.sections import as_model
 from roles.ops.files import BACKUP_SUFFIX
 
-_GRUB_DEFAULT_LINE = re.compile(r"^\s*GRUB_DEFAULT=.*$", re.MULTILINE)
+_GRUB_DEFAULT_LINE = re.compile(r"^[ \t]*GRUB_DEFAULT=.*$", re.MULTILINE)
 
 
 def set_grub_default_entry(text: str, entry: str) -> str:

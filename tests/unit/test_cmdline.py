@@ -93,3 +93,12 @@ def test_parse_sections_systemd_boot_host_without_final_newline():
 
 def test_section_command_ends_with_echo():
     assert section_command("x", "cat /f").endswith("; echo")
+
+
+def test_grub_default_entry_keeps_the_blank_line_above_it():
+    """Found by the Ansible bench: `^\\s*` swallowed the blank line before GRUB_DEFAULT."""
+    entry = "Advanced options for Debian GNU/Linux>Debian GNU/Linux, with Linux 6.1.0-28-amd64"
+    once = set_grub_default_entry(DEBIAN_GRUB, entry)
+    assert len(once.splitlines()) == len(DEBIAN_GRUB.splitlines())
+    assert once.splitlines()[4] == ""
+    assert set_grub_default_entry(once, entry) == once
