@@ -82,8 +82,11 @@ def ensure_tools() -> None:
     if missing:
         print(f"installing {' '.join(missing)} (apt) ...", flush=True)
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        subprocess.run(["apt-get", "install", "-y", "-q", *missing], check=True, env=env,
-                       stdout=subprocess.DEVNULL)
+        install = ["apt-get", "install", "-y", "-q", *missing]
+        if subprocess.run(install, env=env, stdout=subprocess.DEVNULL).returncode != 0:
+            subprocess.run(["apt-get", "update", "-q"], check=True, env=env,
+                           stdout=subprocess.DEVNULL)
+            subprocess.run(install, check=True, env=env, stdout=subprocess.DEVNULL)
     Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)  # sshd's privilege separation dir
 
 
