@@ -42,14 +42,19 @@ def split_sections(text: str) -> dict[str, str]:
     }
 
 
+def fact_data(value: Any) -> Any:
+    """A fact's plain value: real facts give it as is, pyinfra_testing wraps it (FakeFact)."""
+    return getattr(value, "data", value)
+
+
 def as_model(model: type[ModelT], value: Any) -> ModelT:
     """A fact value as its model: real facts return models, test fixtures give plain data."""
     if isinstance(value, model):
         return value
-    raw = getattr(value, "data", value)
+    raw = fact_data(value)
     return model.model_validate(raw)
 
 
 def as_models(model: type[ModelT], values: Any) -> list[ModelT]:
     """A list-valued fact as a list of models (see as_model)."""
-    return [as_model(model, value) for value in getattr(values, "data", values)]
+    return [as_model(model, value) for value in fact_data(values)]

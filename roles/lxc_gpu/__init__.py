@@ -26,6 +26,7 @@ from __future__ import annotations
 from pyinfra.api import deploy
 
 from roles.facts.cache import cached_fact
+from roles.facts.sections import fact_data
 from roles.lxc_gpu.facts import NvidiaDevices
 from roles.lxc_gpu.passthrough import DeviceNode
 from roles.lxc_gpu.plan import desired_lxc_lines, lxc_line
@@ -36,7 +37,7 @@ __all__ = ["lxc_gpu"]
 
 def _host_devices() -> tuple[dict[str, int], list[DeviceNode]]:
     fact = cached_fact(NvidiaDevices)
-    fact = getattr(fact, "data", fact)
+    fact = fact_data(fact)
     majors = {str(k): int(v) for k, v in dict(fact["majors"]).items()}
     return majors, [DeviceNode(**dict(d)) for d in fact["devices"]]
 

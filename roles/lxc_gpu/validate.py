@@ -20,6 +20,7 @@ from typing import Any
 from pyinfra.api.exceptions import PyinfraError
 
 from roles.facts.nvidia import NvidiaDriverVersion
+from roles.facts.sections import fact_data
 from roles.lxc_gpu import pve_config
 from roles.lxc_gpu.facts import (
     NvidiaDevices,
@@ -75,19 +76,16 @@ def declared_containers(data: Any) -> Any:
     return getter(CONTAINERS_DATA_KEY) if getter else None
 
 
-def _data(fact: Any) -> Any:
-    return getattr(fact, "data", fact)
-
 
 def read_host_facts(host: Any, raw: Any) -> HostFacts:
     """Read the facts of one host that declares containers (a few small commands)."""
-    guests_fact = _data(host.get_fact(PveGuests))
+    guests_fact = fact_data(host.get_fact(PveGuests))
     if guests_fact is None:
         return HostFacts(node=None)
     guests = {
         int(vmid): PveGuest(**dict(g)) for vmid, g in dict(guests_fact["guests"]).items()
     }
-    devices_fact = _data(host.get_fact(NvidiaDevices))
+    devices_fact = fact_data(host.get_fact(NvidiaDevices))
     facts = HostFacts(
         node=str(guests_fact["node"]),
         guests=guests,

@@ -16,6 +16,7 @@ from pyinfra.operations import server
 from roles.facts.cache import cached_fact
 from roles.facts.dpkg import InstalledPackages, upstream_version
 from roles.facts.nvidia import NvidiaDriverVersion
+from roles.facts.sections import fact_data
 from roles.ops.apt import apt_hold
 from roles.ops.files import template_file
 from roles.profile.node import NodeProfile
@@ -56,7 +57,7 @@ class DriverPlan(BaseModel):
 
 def driver_plan(wanted: str) -> DriverPlan:
     installed = cached_fact(InstalledPackages, patterns=NVIDIA_PATTERNS)
-    return DriverPlan(wanted=wanted, installed=dict(getattr(installed, "data", installed)),
+    return DriverPlan(wanted=wanted, installed=dict(fact_data(installed)),
                       loaded=cached_fact(NvidiaDriverVersion))
 
 

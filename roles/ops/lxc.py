@@ -41,6 +41,7 @@ from roles.container.facts import AptVersions, ContainerGpuState
 from roles.container.plan import container_checks, install_command, userspace_plan
 from roles.facts.cache import cached_fact
 from roles.facts.dpkg import InstalledPackages
+from roles.facts.sections import fact_data
 from roles.lxc_gpu import pve_config
 from roles.lxc_gpu.facts import LxcStartedConfig, NvidiaDevices, PctList, PveLxcConfigText
 from roles.lxc_gpu.passthrough import DeviceNode, gpunode_owns
@@ -61,17 +62,13 @@ BACKUP_DIR = "/var/backups/gpunode/pve-lxc"
 LOCK_DIR = "/run/lock/lxc"
 
 
-def _data(fact: Any) -> Any:
-    """The plain value of a fact (pyinfra_testing wraps fact values in FakeFact)."""
-    return getattr(fact, "data", fact)
-
 
 def _spec(spec: ContainerSpec | dict) -> ContainerSpec:
     return spec if isinstance(spec, ContainerSpec) else ContainerSpec.model_validate(spec)
 
 
 def _host_devices() -> tuple[dict[str, int], list[DeviceNode]]:
-    fact = _data(cached_fact(NvidiaDevices))
+    fact = fact_data(cached_fact(NvidiaDevices))
     majors = {str(k): int(v) for k, v in dict(fact["majors"]).items()}
     devices = [DeviceNode(**dict(d)) for d in fact["devices"]]
     return majors, devices
@@ -79,7 +76,7 @@ def _host_devices() -> tuple[dict[str, int], list[DeviceNode]]:
 
 def _listed(vmid: int) -> dict | None:
     """This node's `pct list` row for vmid, or None."""
-    containers = _data(cached_fact(PctList)) or {}
+    containers = fact_data(cached_fact(PctList)) or {}
     row = containers.get(vmid, containers.get(str(vmid)))
     return dict(row) if row is not None else None
 
@@ -316,8 +313,8 @@ def nvidia_userspace(version: str, packages: list[str], container: str = ""):
     host's version and the versions apt offers.
     """
     name = container or host.name
-    installed = dict(_data(cached_fact(InstalledPackages, patterns=packages)) or {})
-    available = dict(_data(cached_fact(AptVersions, packages=packages)) or {})
+    installed = dict(fact_data(cached_fact(InstalledPackages, patterns=packages)) or {})
+    available = dict(fact_data(cached_fact(AptVersions, packages=packages)) or {})
     plan = userspace_plan(name, version, packages, installed, available)
     if plan.ok:
         host.noop(f"NVIDIA userspace {version} installed ({', '.join(packages)})")
@@ -330,7 +327,7 @@ def nvidia_userspace(version: str, packages: list[str], container: str = ""):
             yield install_command(packages, version)
             return
         # After apt-get update, inside this operation: read again, past the fact cache.
-        available = dict(_data(host.get_fact(AptVersions, packages=packages)) or {})
+        available = dict(fact_data(host.get_fact(AptVersions, packages=packages)) or {})
         plan = userspace_plan(name, version, packages, installed, available)
         if plan.refusal is not None:
             raise OperationError(plan.refusal)
@@ -355,8 +352,8 @@ def verify_container(
         host.noop("verify after the other operations ran")
         return
     packages = packages or DEFAULT_PACKAGES
-    gpu_state = _data(cached_fact(ContainerGpuState))
-    installed = dict(_data(cached_fact(InstalledPackages, patterns=packages)) or {})
+    gpu_state = fact_data(cached_fact(ContainerGpuState))
+    installed = dict(fact_data(cached_fact(InstalledPackages, patterns=packages)) or {})
     checks = container_checks(gpu_state, expected_gpus, host_driver_version, installed)
     for line in summary_lines(host.name, checks):
         is_open = any(f" {rank} " in line for rank in ("P0", "P1"))

@@ -16,7 +16,7 @@ from pyinfra.api import StringCommand, operation
 from roles.facts.cache import cached_fact
 from roles.facts.pcie import PcieDevice, PcieDevices, matches
 from roles.facts.pcie_refusals import REFUSED_DIR, MaxReadReqRefusals
-from roles.facts.sections import as_models
+from roles.facts.sections import as_models, fact_data
 from roles.profile.node import MAX_READ_REQUEST_SIZES, PcieSelector
 
 MRRS_MASK = 0x7000
@@ -89,8 +89,7 @@ def max_read_request(selector: PcieSelector, size: int = 4096):
     """
     selector = PcieSelector.model_validate(selector)
     devices = as_models(PcieDevice, cached_fact(PcieDevices))
-    refused_fact = cached_fact(MaxReadReqRefusals)
-    refused = dict(getattr(refused_fact, "data", refused_fact) or {})
+    refused = dict(fact_data(cached_fact(MaxReadReqRefusals)) or {})
     todo, refusing = devices_to_write(devices, selector, size, refused)
     for device in todo:
         yield StringCommand(write_and_verify_command(device.bdf, size))
