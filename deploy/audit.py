@@ -14,9 +14,10 @@ Options (pyinfra --data, for every host):
 - report=json|md|both|none: write the report files (default none);
 - report_dir=PATH: where to write them (default ./reports).
 
-Failure signal: with -y (cron, CI, monitoring) pyinfra exits 1 when any host has a P0 or P1
-open ("Operation error ... HOST: audit failed: N open (P0 a, P1 b)"), 0 otherwise. --dry and
-the interactive run (no -y) print the report during change detection; --dry exits 0.
+Failure signal: with -y (cron, CI, monitoring) every host is audited and pyinfra exits 1 when
+any host has a P0 or P1 open ("HOST: audit failed: N open (P0 a, P1 b)", that host marked
+failed), 0 otherwise. --dry and the interactive run (no -y) print the report during change
+detection; --dry exits 0.
 """
 
 from pyinfra import host, state

@@ -8,9 +8,10 @@
 - `checks.audit_checks(profile, snap)`: pure, -> list[Check] (`checks.tuning_checks` is its
   first part; `gpu_checks` and `system_checks` hold the rest);
 - `report.render_table / render_markdown / to_json / write_reports`: pure renderers;
-- `run.audit_node`: the operation of deploy/audit.py (no command; fails the host with
-  AuditFailed when a P0 or P1 is open); `verify.verify_node`: the end of deploy/site.py
-  (prints what is open and what waits for a reboot or restart; never fails).
+- `run.audit_node`: the operation of deploy/audit.py (no command on the node; fails the host
+  through a local failing command when a P0 or P1 is open, so every other host still runs);
+  `verify.verify_node`: the end of deploy/site.py (prints what is open and what waits for a
+  reboot or restart; never fails).
 
 Ranks (model.Check.status): P0 fixable at runtime, P1 needs a reboot or container restart,
 P2 minor, limit = the hardware's own, n/a = not applicable / not present.

@@ -1,22 +1,23 @@
 """The audit operation: read the node, print its report, fail the host when P0/P1 are open.
 
-`audit_node` never yields a command: it reads facts (roles.audit.snapshot.gather_snapshot, six
+`audit_node` runs no command on the node: it reads facts (roles.audit.snapshot.gather_snapshot, six
 read-only commands), prints the report through pyinfra's logger and writes the local report
 files. It reads and prints once per host, at the first evaluation pyinfra makes of it:
 - `pyinfra INV deploy/audit.py --dry` and the interactive run: during change detection;
 - `pyinfra -y INV deploy/audit.py` (cron/CI): during execution (-y skips change detection).
-During execution it raises AuditFailed (an OperationError) when any P0 or P1 is open, so pyinfra
-exits 1 with "Operation error ... HOST: audit failed: N open (P0 a, P1 b)".
+During execution, when any P0 or P1 is open, it yields one local FunctionCommand that logs
+"HOST: audit failed: N open (P0 a, P1 b)" and returns False: pyinfra marks that host failed
+and goes on with every other host (a raised exception would end the whole run at the first
+failing host, leaving the hosts still waiting for a slot of pyinfra's pool unaudited), then
+exits 1. Nothing of that command runs on the node.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 
-from gevent.hub import Hub
 from pyinfra import host, logger, state
-from pyinfra.api import operation
-from pyinfra.api.exceptions import OperationError
+from pyinfra.api import FunctionCommand, operation
 from pyinfra.api.state import StateStage
 
 from roles.audit.checks import audit_checks
@@ -26,16 +27,6 @@ from roles.audit.snapshot import gather_snapshot
 from roles.profile.node import NodeProfile
 
 REPORTS_ATTRIBUTE = "gpunode_audit_reports"
-
-
-class AuditFailed(OperationError):
-    """P0/P1 open on a host: pyinfra reports "Operation error ... HOST: audit failed" and
-    exits 1. The report above already says why, so gevent's traceback of the host's greenlet
-    is not printed for this error (it is listed with GreenletExit in Hub.NOT_ERROR)."""
-
-
-if AuditFailed not in Hub.NOT_ERROR:
-    Hub.NOT_ERROR = (*Hub.NOT_ERROR, AuditFailed)
 
 
 def _real(obj: object) -> object:
@@ -59,6 +50,16 @@ def failure_message(host_name: str, checks: list[Check]) -> str:
     c = counts(checks)
     return (f"{host_name}: audit failed: {c['P0'] + c['P1']} open (P0 {c['P0']}, P1 {c['P1']}); "
             "see the report above")
+
+
+def fail_host_command(message: str) -> FunctionCommand:
+    """A local command that logs message as the host's error and fails the host."""
+
+    def fail(state, host) -> bool:  # noqa: ARG001 - pyinfra passes both by name
+        host.log_styled(message, fg="red", log_func=logger.error)
+        return False
+
+    return FunctionCommand(fail, (), {})
 
 
 def report_node(host_name: str, checks: list[Check], formats: Iterable[str],
@@ -86,6 +87,6 @@ def audit_node(profile: NodeProfile, formats: tuple[str, ...] = (), report_dir: 
         reports[host.name] = checks
         report_node(host.name, checks, formats, report_dir)
     if state.current_stage >= StateStage.Execute and open_count(checks):
-        raise AuditFailed(failure_message(host.name, checks))
+        yield fail_host_command(failure_message(host.name, checks))
+        return
     host.noop(f"audited: {open_count(checks)} open (P0/P1)")
-    yield from ()
