@@ -8,7 +8,7 @@ Each host's report has four parts: actionable checks ranked P0 (fixable at runti
 a reboot or container restart), P2 (minor), each with the exact fix and whether deploy/site.py
 would apply it; confirmed good checks with the live value read; known limits of the hardware;
 and what is not present on this node (no GPU, no Proxmox). It changes nothing on the node: the
-operation yields no command and reads six read-only facts.
+operation runs no command there and reads six read-only facts, in one remote command.
 
 Options (pyinfra --data, for every host):
 - report=json|md|both|none: write the report files (default none);
@@ -25,9 +25,12 @@ from pyinfra.api.exceptions import PyinfraError
 
 from roles.audit.report import report_formats
 from roles.audit.run import audit_node
+from roles.audit.snapshot import AUDIT_READ, snapshot_reads
+from roles.facts.cache import prefetch
 from roles.profile.loader import validate_hosts
 
 profile = validate_hosts(state.inventory)[host.name]
+prefetch([*snapshot_reads(profile).values(), AUDIT_READ])
 
 try:
     formats = report_formats(host.data.get("report"))

@@ -3,10 +3,12 @@
 from pyinfra import host, state
 
 from roles.audit.verify import verify_node
-from roles.host_tuning import host_tuning
+from roles.facts.cache import prefetch
+from roles.host_tuning import host_tuning, host_tuning_reads
 from roles.profile.loader import validate_hosts
 
 profile = validate_hosts(state.inventory)[host.name]
+prefetch(host_tuning_reads(profile))
 
 host_tuning(profile)
 verify_node(name="Verify the live node against the profile", profile=profile)

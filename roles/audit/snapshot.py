@@ -18,7 +18,8 @@ from roles.audit.facts import (
     IommuState,
     NvlinkGpu,
 )
-from roles.facts.cache import cached_fact
+from roles.facts.bundle import FactRead
+from roles.facts.cache import cached_read
 from roles.facts.cmdline import CmdlineState, KernelCmdline
 from roles.facts.cpu import CpuPower, CpuState
 from roles.facts.kernel_params import KernelParams, KernelParamsState
@@ -83,17 +84,31 @@ def with_extras(snap: NodeSnapshot, extras: AuditExtras) -> NodeSnapshot:
     )
 
 
+def snapshot_reads(profile: NodeProfile) -> dict[str, FactRead]:
+    """The tuning facts of a snapshot, by field (AuditFacts apart: AUDIT_READ)."""
+    return {
+        "kernel": FactRead(KernelParams, {"sysctl_keys": sorted(profile.sysctls),
+                                          "modules": sorted(profile.modules)}),
+        "cmdline": FactRead(KernelCmdline),
+        "cpu": FactRead(CpuPower),
+        "pcie": FactRead(PcieDevices),
+        "mrrs_refused": FactRead(MaxReadReqRefusals),
+    }
+
+
+AUDIT_READ = FactRead(AuditFacts)
+
+
 def gather_snapshot(profile: NodeProfile) -> NodeSnapshot:
     """Read the live node through the facts (the current pyinfra host): six read-only
-    commands (cmdline, CPU, kernel parameters, lspci, MaxReadReq refusals, AuditFacts)."""
-    kernel = cached_fact(
-        KernelParams, sysctl_keys=sorted(profile.sysctls), modules=sorted(profile.modules)
-    )
+    commands (cmdline, CPU, kernel parameters, lspci, MaxReadReq refusals, AuditFacts), or
+    none when a prefetch (roles.facts.cache.prefetch) already read them."""
+    live = {name: cached_read(read) for name, read in snapshot_reads(profile).items()}
     snap = NodeSnapshot(
-        cmdline=as_model(CmdlineState, cached_fact(KernelCmdline)),
-        cpu=as_model(CpuState, cached_fact(CpuPower)),
-        kernel=as_model(KernelParamsState, kernel),
-        pcie=as_models(PcieDevice, cached_fact(PcieDevices)),
-        mrrs_refused=dict(cached_fact(MaxReadReqRefusals) or {}),
+        cmdline=as_model(CmdlineState, live["cmdline"]),
+        cpu=as_model(CpuState, live["cpu"]),
+        kernel=as_model(KernelParamsState, live["kernel"]),
+        pcie=as_models(PcieDevice, live["pcie"]),
+        mrrs_refused=dict(live["mrrs_refused"] or {}),
     )
-    return with_extras(snap, as_model(AuditExtras, cached_fact(AuditFacts)))
+    return with_extras(snap, as_model(AuditExtras, cached_read(AUDIT_READ)))

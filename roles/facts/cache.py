@@ -2,9 +2,15 @@
 
 pyinfra 3.10 runs a fact's command on every host.get_fact call, and evaluates every operation
 twice (change detection, then execution), so the same read would run many times per deploy.
-cached_fact() keeps one value per (host, stage, fact, arguments) and drops a host's values as
-soon as an operation that changed something on it finishes: reads stay as fresh as pyinfra's
-own, and the execute stage always re-reads what prepare saw.
+cached_fact() keeps one value per (host, fact, arguments) and drops a host's values as soon as
+an operation that changed something on it has finished (checked at the host's next read): reads
+stay as fresh as pyinfra's own. What change detection read stays true in the execute stage
+until an operation changes the host, so a converged host is read once per run.
+
+prefetch() fills the cache for many reads with one remote command (roles.facts.bundle); a
+fact class may say, with `answers(cached_kwargs, wanted_kwargs)`, that a read with wider
+arguments answers a narrower one (KernelParams of all the profile's sysctls and modules
+answers the sysctl operation's and the module operation's reads).
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ from pyinfra import host as current_host
 from pyinfra.api.state import BaseStateCallback
 from pyinfra.context import ctx_state
 
+from roles.facts.bundle import FactBundle, FactRead, bundle_values, bundleable
+
 _CACHE_ATTRIBUTE = "_gpunode_fact_cache"
 
 
@@ -28,6 +36,7 @@ class FactCache(BaseStateCallback):
         self.generation: dict[str, int] = defaultdict(int)
         self.misses = 0
         self.hits = 0
+        self.bundled = 0
         # pyinfra calls operation_host_success before it records the operation's commands
         # (OperationMeta.set_complete), so did_change() can't be asked there: remember the
         # operation and ask at the host's next fact read, when the answer is known.
@@ -69,23 +78,71 @@ def cache_for(state) -> FactCache | None:
     return cache
 
 
-def _key(host_name: str, stage: Any, generation: int, fact_cls: type, kwargs: dict) -> tuple:
-    return (host_name, stage, generation, fact_cls, json.dumps(kwargs, sort_keys=True,
-                                                               default=str))
+def _key(host_name: str, generation: int, read: FactRead) -> tuple:
+    return (host_name, generation, read.fact, read.key())
+
+
+def _current_cache() -> FactCache | None:
+    state = ctx_state.get() if ctx_state.isset() else None
+    return cache_for(state) if state is not None else None
+
+
+def _answering_value(cache: FactCache, host_name: str, read: FactRead) -> tuple[bool, Any]:
+    """A cached value of a wider read of the same fact that answers this one, if any."""
+    answers = getattr(read.fact, "answers", None)
+    if answers is None:
+        return False, None
+    generation = cache.generation[host_name]
+    for (name, gen, fact_cls, key), value in cache.values.items():
+        if (name, gen, fact_cls) == (host_name, generation, read.fact) and answers(
+            json.loads(key), read.kwargs
+        ):
+            return True, value
+    return False, None
 
 
 def cached_fact(fact_cls: type, **kwargs: Any) -> Any:
     """host.get_fact(fact_cls, **kwargs), read once per host until that host changes."""
-    state = ctx_state.get() if ctx_state.isset() else None
-    cache = cache_for(state) if state is not None else None
+    cache = _current_cache()
     if cache is None:
         return current_host.get_fact(fact_cls, **kwargs)
-    name = current_host.name
+    name, read = current_host.name, FactRead(fact_cls, kwargs)
     cache.settle(name)
-    key = _key(name, state.current_stage, cache.generation[name], fact_cls, kwargs)
+    key = _key(name, cache.generation[name], read)
     if key not in cache.values:
-        cache.misses += 1
-        cache.values[key] = current_host.get_fact(fact_cls, **kwargs)
+        found, value = _answering_value(cache, name, read)
+        if not found:
+            cache.misses += 1
+            value = current_host.get_fact(fact_cls, **kwargs)
+        else:
+            cache.hits += 1
+        cache.values[key] = value
     else:
         cache.hits += 1
     return cache.values[key]
+
+
+def cached_read(read: FactRead) -> Any:
+    """cached_fact() of a FactRead."""
+    return cached_fact(read.fact, **read.kwargs)
+
+
+def prefetch(reads: list[FactRead]) -> int:
+    """Read the current host's uncached reads in one remote command; returns how many it
+    cached. Reads it could not answer (failed command, precondition) stay for their own read."""
+    cache = _current_cache()
+    if cache is None:
+        return 0
+    name = current_host.name
+    cache.settle(name)
+    generation = cache.generation[name]
+    todo = list({_key(name, generation, r): r for r in reads if bundleable(r)
+                 and _key(name, generation, r) not in cache.values}.values())
+    if len(todo) < 2:
+        return 0
+    lines = current_host.get_fact(FactBundle, reads=todo) or []
+    values = bundle_values(todo, lines)
+    for index, value in values.items():
+        cache.values[_key(name, generation, todo[index])] = value
+    cache.bundled += len(values)
+    return len(values)

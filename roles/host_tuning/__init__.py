@@ -10,13 +10,18 @@ from __future__ import annotations
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.facts.files import Directory
-from pyinfra.operations import apt, systemd
+from pyinfra.facts.files import Directory, Sha1File
+from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from roles.facts.cache import cached_fact
+from roles.audit.snapshot import snapshot_reads
+from roles.facts.bundle import FactRead
+from roles.facts.cache import cached_read
+from roles.facts.dpkg import InstalledPackages
 from roles.facts.pcie_refusals import REFUSED_DIR
 from roles.ops import cpu, modules, pcie, sysctl
+from roles.ops.apt import packages_present
 from roles.ops.files import template_file
+from roles.ops.services import unit_enabled_and_running
 from roles.profile.node import BEST_EFFORT_SYSCTLS, NodeProfile
 
 SYSCTL_FILE = "/etc/sysctl.d/90-gpunode.conf"
@@ -85,15 +90,32 @@ def tune_devices_and_cpu(profile: NodeProfile) -> None:
     template_file("systemd/gpunode-tune.service.j2", BOOT_UNIT_FILE,
                   after="systemctl daemon-reload", script=BOOT_SCRIPT)
     if booted_with_systemd():
-        systemd.service(name=f"Enable {BOOT_UNIT} (re-applies at boot)", service=BOOT_UNIT,
-                        enabled=True, running=True)
+        unit_enabled_and_running(name=f"Enable {BOOT_UNIT} (re-applies at boot)",
+                                 unit=BOOT_UNIT)
     else:
         logger.warning(f"{host.name}: not booted with systemd; {BOOT_UNIT} written, not enabled")
 
 
+SYSTEMD_BOOTED_READ = FactRead(Directory, {"path": "/run/systemd/system"})
+
+
 def booted_with_systemd() -> bool:
     """sd_booted(): /run/systemd/system exists only when systemd is PID 1."""
-    return bool(cached_fact(Directory, path="/run/systemd/system"))
+    return bool(cached_read(SYSTEMD_BOOTED_READ))
+
+
+def host_tuning_reads(profile: NodeProfile) -> list[FactRead]:
+    """Every fact host_tuning reads, with the arguments its operations use (for prefetch).
+    KernelParams is read once for all sysctls and modules: it answers both operations."""
+    tuning = snapshot_reads(profile)
+    return [
+        FactRead(InstalledPackages, {"patterns": sorted(PACKAGES)}),
+        tuning["kernel"], tuning["pcie"], tuning["mrrs_refused"], tuning["cpu"],
+        SYSTEMD_BOOTED_READ,
+        FactRead(SystemdStatus, {"services": [BOOT_UNIT]}),
+        FactRead(SystemdEnabled, {"services": [BOOT_UNIT]}),
+        *(FactRead(Sha1File, {"path": path}) for path in OWNED_FILES),
+    ]
 
 
 @deploy("gpunode: memlock")
@@ -111,7 +133,7 @@ def tune_memlock(profile: NodeProfile) -> None:
 @deploy("gpunode: host tuning")
 def host_tuning(profile: NodeProfile) -> None:
     """All runtime settings with their persistence; see the module docstring."""
-    apt.packages(name="Install the tools gpunode reads and writes with", packages=PACKAGES)
+    packages_present(name="Install the tools gpunode reads and writes with", packages=PACKAGES)
     tune_sysctls(profile)
     tune_modules(profile)
     tune_devices_and_cpu(profile)

@@ -13,6 +13,8 @@ from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.operations import server
 
+from roles.facts.apt import AptHolds
+from roles.facts.bundle import FactRead
 from roles.facts.cache import cached_fact
 from roles.facts.cmdline import CmdlineState, KernelCmdline, missing_params
 from roles.facts.cpu import CpuPower, CpuState
@@ -105,6 +107,15 @@ def pending_reboot_reasons(plan: BootPlan, pin: KernelPin | None) -> list[str]:
     if pin and pin.version != pin.running:
         reasons.append(f"kernel {pin.version} pinned, {pin.running} running")
     return reasons
+
+
+def kernel_reads(profile: NodeProfile) -> list[FactRead]:
+    """Every fact kernel_boot reads (for prefetch): the pin's only when a pin is set."""
+    reads = [FactRead(CpuPower), FactRead(KernelCmdline)]
+    if profile.kernel_pin is not None:
+        reads += [FactRead(InstalledKernels), FactRead(PveVersionFact),
+                  FactRead(ProxmoxBootTool), FactRead(AptHolds)]
+    return reads
 
 
 @deploy("gpunode: kernel cmdline and reboot")

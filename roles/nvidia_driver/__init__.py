@@ -11,8 +11,11 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 from pyinfra import host, logger
 from pyinfra.api import deploy
+from pyinfra.facts.files import Sha1File
 from pyinfra.operations import server
 
+from roles.facts.apt import AptHolds
+from roles.facts.bundle import FactRead
 from roles.facts.cache import cached_fact
 from roles.facts.dpkg import InstalledPackages, upstream_version
 from roles.facts.nvidia import NvidiaDriverVersion
@@ -59,6 +62,15 @@ def driver_plan(wanted: str) -> DriverPlan:
     installed = cached_fact(InstalledPackages, patterns=NVIDIA_PATTERNS)
     return DriverPlan(wanted=wanted, installed=dict(fact_data(installed)),
                       loaded=cached_fact(NvidiaDriverVersion))
+
+
+def nvidia_driver_reads(profile: NodeProfile) -> list[FactRead]:
+    """Every fact nvidia_driver reads (for prefetch); none without a driver pin."""
+    if profile.nvidia_driver is None:
+        return []
+    return [FactRead(InstalledPackages, {"patterns": NVIDIA_PATTERNS}),
+            FactRead(NvidiaDriverVersion), FactRead(Sha1File, {"path": PREFERENCES_FILE}),
+            FactRead(AptHolds)]
 
 
 @deploy("gpunode: NVIDIA driver pin")

@@ -30,6 +30,11 @@ class PyinfraRun:
         results = self.payload.get("results") or {}
         return [op["name"] for op in results.get("operations", []) if op["success"]]
 
+    def loaded_facts(self) -> list[str]:
+        """Facts read, in order (the "Loaded fact" lines of a run with -v)."""
+        return [line.split("Loaded fact ", 1)[1].split(" (")[0]
+                for line in self.log.splitlines() if "Loaded fact " in line]
+
     def errors(self) -> list[str]:
         results = self.payload.get("results") or {}
         return [op["name"] for op in results.get("operations", []) if op["error"]]
@@ -41,10 +46,11 @@ def pyinfra_bin() -> str:
 
 
 def run_pyinfra(
-    deploy: str, *args: str, env: dict[str, str] | None = None, timeout: float = 1800
+    deploy: str, *args: str, env: dict[str, str] | None = None, timeout: float = 1800,
+    inventory: str = LAB_INVENTORY,
 ) -> PyinfraRun:
-    """`pyinfra inventories/lab.py <deploy> <args> --json` from the repository root."""
-    command = [pyinfra_bin(), LAB_INVENTORY, deploy, *args, "--json"]
+    """`pyinfra <inventory> <deploy> <args> --json` from the repository root."""
+    command = [pyinfra_bin(), inventory, deploy, *args, "--json"]
     proc = subprocess.run(
         command, cwd=REPO, capture_output=True, text=True, timeout=timeout,
         env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,

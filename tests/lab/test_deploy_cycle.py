@@ -120,6 +120,26 @@ def test_1_dry_run_lists_changes_and_changes_nothing(cycle):
     assert live_state(vm, profile) == before
 
 
+FLEET_INVENTORY = """\
+from inventories.lab import lab_nodes
+
+_name, _data = lab_nodes[0]
+fleet = [(f"audit-{i}", _data) for i in (1, 2, 3)]
+"""
+
+
+def test_1b_audit_reports_every_failing_host_of_a_fleet(cycle, tmp_path):
+    """Three names for the lab node, one host at a time (--parallel 1): each failing host is
+    audited and named, not only the first, and the run exits 1."""
+    inventory = tmp_path / "fleet.py"
+    inventory.write_text(FLEET_INVENTORY)
+    audit = run_pyinfra(AUDIT, "-y", "--parallel", "1", inventory=str(inventory))
+    assert audit.returncode == 1, audit.log
+    for name in ("audit-1", "audit-2", "audit-3"):
+        assert f"{name}: audit failed:" in audit.log, audit.log
+    assert live_state(cycle["vm"], cycle["profile"]) == cycle["fresh"]
+
+
 def test_2_apply_sets_live_values_and_reports_refused_maxreadreq(cycle):
     vm, profile = cycle["vm"], cycle["profile"]
     run = run_pyinfra(SITE, "-y")
@@ -183,17 +203,25 @@ def test_4_reboot_allowed_applies_cmdline_and_boot_unit_reapplies(cycle):
         assert module in state["modules"]
 
 
+BUNDLE = "roles.facts.bundle.FactBundle"
+
+
 def test_5_rerun_changes_nothing(cycle):
-    run = run_pyinfra(SITE, "-y", env={"GPUNODE_LAB_REBOOT": "1"})
+    """Zero changes, and the converged node is read in one remote command (the prefetch
+    bundle), plus the verify's AuditFacts in a real run."""
+    run = run_pyinfra(SITE, "-y", "-v", env={"GPUNODE_LAB_REBOOT": "1"})
     assert run.returncode == 0, run.log
     assert run.changed() == []
-    dry = run_pyinfra(SITE, "--dry", env={"GPUNODE_LAB_REBOOT": "1"})
+    assert run.loaded_facts() == [BUNDLE, "roles.audit.facts.AuditFacts"], run.loaded_facts()
+    dry = run_pyinfra(SITE, "--dry", "-v", env={"GPUNODE_LAB_REBOOT": "1"})
     assert dry.returncode == 0, dry.log
     assert dry.planned_changes() == []
+    assert dry.loaded_facts() == [BUNDLE], dry.loaded_facts()
     assert "verified" in run.log and " 0 open" in run.log
-    audit = run_pyinfra(AUDIT, "-y", "--data", "report=json", "--data",
+    audit = run_pyinfra(AUDIT, "-y", "-v", "--data", "report=json", "--data",
                         f"report_dir={cycle['reports']}")
     assert audit.returncode == 0, audit.log
+    assert audit.loaded_facts() == [BUNDLE], audit.loaded_facts()
     report = json.loads((cycle["reports"] / "gpunode-lab.json").read_text())
     assert report_counts(report).get("P0", 0) == 0 and report_counts(report).get("P1", 0) == 0
 

@@ -1,24 +1,92 @@
-"""The fact cache on a real pyinfra State and a real @local host: one read until a change."""
+"""The fact cache and the one-command prefetch, on a real pyinfra State and a real @local host.
 
-from pyinfra.api import Config, Inventory, State
+Every bundled value is compared with what pyinfra's own host.get_fact returns for the same
+fact on the same host: the prefetch must change how many commands run, never what a fact says.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pyinfra.api import Config, FactBase, Inventory, State
 from pyinfra.api.connect import connect_all
 from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_host, ctx_state
+from pyinfra.facts.files import Directory, Sha1File
 from pyinfra.facts.server import Hostname
 
-from roles.facts.cache import cache_for, cached_fact
+from roles.facts.bundle import FactBundle, FactRead
+from roles.facts.cache import cache_for, cached_fact, cached_read, prefetch
+from roles.facts.cpu import CpuPower
+from roles.facts.dpkg import InstalledPackages
+from roles.facts.kernel_params import KernelParams
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
-def _local_state() -> State:
+class NoNewline(FactBase):
+    def command(self) -> str:
+        return "printf 'first\\nlast-without-newline'"
+
+    def process(self, output):
+        return list(output)
+
+
+class TrailingBlankLine(FactBase):
+    def command(self) -> str:
+        return "printf 'a\\n\\n'"
+
+    def process(self, output):
+        return list(output)
+
+
+class ExitsEarly(FactBase):
+    """A fact whose command calls exit: must not end the bundle's shell."""
+
+    def command(self) -> str:
+        return "echo before; exit 0; echo after"
+
+    def process(self, output):
+        return list(output)
+
+
+class Fails(FactBase):
+    def command(self) -> str:
+        return "echo partial; exit 3"
+
+    def process(self, output):
+        return list(output)
+
+
+class NeedsMissingTool(FactBase):
+    requires_command = "gpunode-no-such-tool"
+    default = dict
+
+    def command(self) -> str:
+        return "gpunode-no-such-tool --json"
+
+    def process(self, output):
+        return {"never": True}
+
+
+class CantProcess(FactBase):
+    def command(self) -> str:
+        return "echo not-a-number"
+
+    def process(self, output):
+        return int(output[0])
+
+
+@pytest.fixture()
+def local(monkeypatch, tmp_path):
+    """A connected @local host in a real State, with its remote commands counted."""
     state = State(Inventory((["@local"], {})), Config())
     connect_all(state)
-    return state
-
-
-def test_one_read_per_stage_until_an_operation_changes_the_host(monkeypatch):
-    state = _local_state()
     host = state.inventory.get_host("@local")
-    calls = []
+    calls: list = []
     original = type(host).run_shell_command
 
     def counted(self, *args, **kwargs):
@@ -28,14 +96,103 @@ def test_one_read_per_stage_until_an_operation_changes_the_host(monkeypatch):
     monkeypatch.setattr(type(host), "run_shell_command", counted)
     with ctx_state.use(state), ctx_host.use(host):
         state.current_stage = StateStage.Prepare
-        first = cached_fact(Hostname)
-        assert cached_fact(Hostname) == first
-        assert len(calls) == 1
-        cache = cache_for(state)
-        cache.invalidate(host.name)  # what a changing operation triggers
-        cached_fact(Hostname)
-        assert len(calls) == 2
-        state.current_stage = StateStage.Execute
-        cached_fact(Hostname)
-        assert len(calls) == 3
-        assert (cache.hits, cache.misses) == (1, 3)
+        yield state, host, calls
+
+
+def test_one_read_until_an_operation_changes_the_host(local):
+    state, host, calls = local
+    first = cached_fact(Hostname)
+    assert cached_fact(Hostname) == first
+    assert len(calls) == 1
+    cache = cache_for(state)
+    cache.invalidate(host.name)  # what a changing operation triggers
+    cached_fact(Hostname)
+    assert len(calls) == 2
+    # What change detection read stays true when execution starts: no re-read.
+    state.current_stage = StateStage.Execute
+    cached_fact(Hostname)
+    assert len(calls) == 2
+    assert (cache.hits, cache.misses) == (2, 2)
+
+
+def test_bundled_values_are_what_pyinfra_reads_one_by_one(local, tmp_path):
+    state, host, calls = local
+    owned = tmp_path / "owned.conf"
+    owned.write_text("vm.swappiness = 10\n")
+    reads = [
+        FactRead(Hostname),
+        FactRead(Sha1File, {"path": str(owned)}),
+        FactRead(Sha1File, {"path": str(tmp_path / "absent.conf")}),
+        FactRead(Directory, {"path": str(tmp_path)}),
+        FactRead(KernelParams, {"sysctl_keys": ["vm.swappiness", "no.such.key"],
+                                "modules": ["loop"]}),
+        FactRead(CpuPower),
+        FactRead(InstalledPackages, {"patterns": ["procps", "gpunode-absent"]}),
+        FactRead(NoNewline), FactRead(TrailingBlankLine), FactRead(ExitsEarly),
+        FactRead(NeedsMissingTool),
+    ]
+    one_by_one = [host.get_fact(r.fact, **r.kwargs) for r in reads]
+    calls.clear()
+    assert prefetch(reads) == len(reads)
+    assert len(calls) == 1
+    assert [cached_read(r) for r in reads] == one_by_one
+    assert len(calls) == 1
+    assert one_by_one[7] == ["first", "last-without-newline"]
+    assert one_by_one[8] == ["a", ""]
+    assert one_by_one[9] == ["before"]
+    assert one_by_one[10] == {}
+
+
+def test_a_read_the_bundle_cannot_answer_is_read_on_its_own(local):
+    state, host, calls = local
+    reads = [FactRead(Hostname), FactRead(Fails), FactRead(CantProcess)]
+    assert prefetch(reads) == 1
+    assert len(calls) == 1
+    # pyinfra's own read of the failing facts, with its own error handling, comes later.
+    assert cached_fact(Hostname) == host.get_fact(Hostname)
+    assert len(calls) == 2
+    with pytest.raises(Exception):  # noqa: B017 - pyinfra's error for an unprocessable fact
+        cached_read(FactRead(CantProcess))
+    assert len(calls) == 3
+
+
+def test_prefetch_skips_what_is_cached_and_single_reads(local):
+    state, host, calls = local
+    cached_fact(Hostname)
+    assert prefetch([FactRead(Hostname), FactRead(CpuPower)]) == 0  # one left: no bundle
+    assert len(calls) == 1
+    cache_for(state).invalidate(host.name)
+    assert prefetch([FactRead(Hostname), FactRead(CpuPower)]) == 2
+    assert len(calls) == 2
+
+
+def test_a_wider_kernel_params_read_answers_narrower_ones(local):
+    state, host, calls = local
+    wide = cached_fact(KernelParams, sysctl_keys=["vm.swappiness", "kernel.pid_max"],
+                       modules=["loop", "nvidia_peermem"])
+    sysctls_only = cached_fact(KernelParams, sysctl_keys=["vm.swappiness"], modules=[])
+    modules_only = cached_fact(KernelParams, sysctl_keys=[], modules=["loop"])
+    assert len(calls) == 1
+    assert sysctls_only is wide and modules_only is wide
+    cached_fact(KernelParams, sysctl_keys=["vm.overcommit_memory"], modules=[])
+    assert len(calls) == 2  # a key the wide read lacks: read on its own
+
+
+def test_bundle_fact_prints_its_reads_readably():
+    assert repr(FactRead(Sha1File, {"path": "/etc/x"})) == "Sha1File(path='/etc/x')"
+    assert FactBundle().process(["a", "b"]) == ["a", "b"]
+
+
+@pytest.mark.parametrize("deploy", ["deploy/site.py", "deploy/host.py", "deploy/audit.py"])
+def test_a_dry_run_reads_the_node_in_one_command(deploy):
+    """`pyinfra @local DEPLOY --dry -v` on this machine: the prefetch bundle is the only fact
+    a role reads; pyinfra's DebPackages appears only when a package must be installed (its
+    apt.packages does the install and reads the package list for it)."""
+    run = subprocess.run([sys.executable, "-m", "pyinfra", "@local", deploy, "--dry", "-v"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=300)
+    log = run.stdout + run.stderr
+    assert run.returncode == 0, log
+    loaded = [line.split("Loaded fact ", 1)[1].split(" (")[0]
+              for line in log.splitlines() if "Loaded fact " in line]
+    assert loaded[0] == "roles.facts.bundle.FactBundle", loaded
+    assert set(loaded[1:]) <= {"deb.DebPackages"}, loaded

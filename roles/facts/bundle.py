@@ -1,0 +1,147 @@
+"""Many fact reads in one remote command: the live state a deploy needs, read at its start.
+
+A deploy asks for a dozen facts (sysctls, lspci, cpuidle, the owned files' sha1 ...), and
+pyinfra runs one remote command per fact. `FactBundle` runs each fact's own command in one
+shell, in order, each between a begin marker and an end marker that carries its exit status;
+`bundle_values()` turns each section into exactly what `host.get_fact` would have returned
+(the fact's own `process()`, its `default()` for no output or a missing `requires_command`).
+A section whose command failed, or whose output the fact can't process, gives no value: the
+fact is then read on its own later, with pyinfra's own error handling.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyinfra.api import FactBase, StringCommand
+
+BUNDLE_MARKER = "@@gpunode-bundle"
+MISSING_COMMAND = f"{BUNDLE_MARKER}:missing-command"
+_LINE = re.compile(rf"^{BUNDLE_MARKER}:(\d+):(begin|end:(\d+))$")
+
+
+@dataclass(frozen=True)
+class FactRead:
+    """One fact read: the fact class and its arguments, as a cached_fact() call makes it."""
+
+    fact: type[FactBase]
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def key(self) -> str:
+        """The arguments as the cache keys them (sorted JSON)."""
+        return json.dumps(self.kwargs, sort_keys=True, default=str)
+
+    def __repr__(self) -> str:  # pyinfra prints the bundle's arguments in its fact log
+        args = ", ".join(f"{k}={v!r}" for k, v in sorted(self.kwargs.items()))
+        return f"{self.fact.__name__}({args})"
+
+
+@dataclass(frozen=True)
+class Section:
+    """One read's output lines and the exit status of its command."""
+
+    status: int
+    lines: list[str]
+
+
+def bundleable(read: FactRead) -> bool:
+    """Facts that run in sh with no precondition (those keep their own read)."""
+    fact = read.fact()
+    own_preconditions = type(fact).check_preconditions is not FactBase.check_preconditions
+    return not fact.shell_executable and not own_preconditions
+
+
+def _call(attribute: Any, kwargs: dict[str, Any]) -> Any:
+    return attribute(**kwargs) if callable(attribute) else attribute
+
+
+def read_command(read: FactRead) -> StringCommand:
+    """The fact's own command, guarded by its requires_command as pyinfra guards it."""
+    fact = read.fact()
+    command = _call(fact.command, read.kwargs)
+    required = _call(fact.requires_command, read.kwargs)
+    if not required:
+        return StringCommand("(", command, ")")
+    return StringCommand(
+        "if", "command", "-v", required, ">/dev/null", "2>&1;", "then", "(", command, ");",
+        "else", "echo", f"'{MISSING_COMMAND}';", "fi",
+    )
+
+
+def section_command(index: int, read: FactRead) -> StringCommand:
+    """Begin marker, the read's command (stderr dropped), newline, end marker with status."""
+    return StringCommand(
+        f"echo '{BUNDLE_MARKER}:{index}:begin';", "{", read_command(read), "2>/dev/null;",
+        "}", f"; s=$?; printf '\\n{BUNDLE_MARKER}:{index}:end:%s\\n' \"$s\"",
+    )
+
+
+def bundle_command(reads: list[FactRead]) -> StringCommand:
+    return StringCommand(*[part for i, read in enumerate(reads)
+                           for part in (section_command(i, read), ";")], "true")
+
+
+def split_bundle(lines: list[str]) -> dict[int, Section]:
+    """Output lines of bundle_command() -> index -> Section; unterminated sections dropped."""
+    sections: dict[int, Section] = {}
+    current: tuple[int, list[str]] | None = None
+    for line in lines:
+        match = _LINE.match(line)
+        if not match:
+            if current is not None:
+                current[1].append(line)
+            continue
+        index = int(match.group(1))
+        if match.group(2) == "begin":
+            current = (index, [])
+        elif current is not None and current[0] == index:
+            body = current[1]
+            # the printf's newline ends a last line without one, or adds one empty line
+            if body and body[-1] == "":
+                body = body[:-1]
+            sections[index] = Section(status=int(match.group(3)), lines=body)
+            current = None
+    return sections
+
+
+_NO_VALUE = object()
+
+
+def section_value(read: FactRead, section: Section) -> Any:
+    """What host.get_fact(read.fact, **read.kwargs) returns for this output, or _NO_VALUE."""
+    fact = read.fact()
+    # Some facts keep their arguments on the instance in command() for process() to use
+    # (pyinfra's Sha1File keeps the path), as pyinfra calls both on one instance.
+    _call(fact.command, read.kwargs)
+    if section.status != 0:
+        return _NO_VALUE
+    if not section.lines or section.lines == [MISSING_COMMAND]:
+        return fact.default()
+    try:
+        return fact.process(section.lines)
+    except Exception:  # noqa: BLE001 - the fact's own read reports it properly
+        return _NO_VALUE
+
+
+def bundle_values(reads: list[FactRead], lines: list[str]) -> dict[int, Any]:
+    """Index of each read -> its fact value, for the reads whose section gave one."""
+    values = {}
+    for index, section in split_bundle(lines).items():
+        if index < len(reads):
+            value = section_value(reads[index], section)
+            if value is not _NO_VALUE:
+                values[index] = value
+    return values
+
+
+class FactBundle(FactBase):
+    """The output of many facts' commands, one section each (see bundle_values)."""
+
+    def command(self, reads: list[FactRead]) -> StringCommand:
+        return bundle_command(reads)
+
+    def process(self, output: list[str]) -> list[str]:
+        return list(output)
