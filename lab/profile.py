@@ -8,8 +8,10 @@
 - no nvidia_driver pin (no nvidia-smi in the guest).
 - reboot: allowed only when GPUNODE_LAB_REBOOT=1, so tests can see "pending reboot" first.
 
-Fault tests add GPUNODE_LAB_CMDLINE="key=value" (one more cmdline parameter) and
-GPUNODE_LAB_REBOOT_TIMEOUT (seconds) through the environment.
+Fault tests add GPUNODE_LAB_CMDLINE="key=value" (one more cmdline parameter),
+GPUNODE_LAB_REBOOT_TIMEOUT (seconds), GPUNODE_LAB_BOOTLOADER (grub or systemd-boot: the
+Proxmox path, /etc/kernel/cmdline + proxmox-boot-tool refresh) and GPUNODE_LAB_KERNEL_PIN=none
+(no kernel pin) through the environment.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ def lab_profile_data(environ: dict[str, str] | None = None) -> dict[str, Any]:
     if env.get("GPUNODE_LAB_CMDLINE"):
         key, _, value = env["GPUNODE_LAB_CMDLINE"].partition("=")
         data["cmdline"] = {key: value or None}
+    if env.get("GPUNODE_LAB_KERNEL_PIN") == "none":
+        data["kernel_pin"] = None
+    if env.get("GPUNODE_LAB_BOOTLOADER"):
+        data["bootloader"] = env["GPUNODE_LAB_BOOTLOADER"]
     if env.get("GPUNODE_LAB_REBOOT_TIMEOUT"):
         data["reboot_timeout"] = int(env["GPUNODE_LAB_REBOOT_TIMEOUT"])
     return data

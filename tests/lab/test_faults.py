@@ -1,4 +1,5 @@
-"""Faults on the lab VM: a deploy killed mid-run, a failing update-grub.
+"""Faults on the lab VM: a deploy killed mid-run, a failing update-grub, a failing
+proxmox-boot-tool refresh.
 
 Runs after test_deploy_cycle.py in the same guest and leaves it converged.
 """
@@ -66,4 +67,37 @@ def test_failing_update_grub_restores_the_backup(lab_vm):
         assert sh(lab_vm, "cat /etc/default/grub") == original
     finally:
         sh(lab_vm, "mv -f /usr/sbin/update-grub.real /usr/sbin/update-grub")
+    assert run_pyinfra(SITE, "--dry").planned_changes() == []
+
+
+PROXMOX_BOOT_TOOL_STAND_IN = """#!/bin/sh
+# gpunode fault test: Proxmox's proxmox-boot-tool, whose refresh fails (no ESP to sync).
+case "$1" in
+    refresh) echo "E: gpunode fault test: no ESP could be synced" >&2; exit 2 ;;
+    *) echo "proxmox-boot-tool stand-in: $*" >&2; exit 2 ;;
+esac
+"""
+
+
+def test_failing_proxmox_boot_tool_restores_the_backup(lab_vm):
+    """The Proxmox path (bootloader: systemd-boot edits /etc/kernel/cmdline, then runs
+    `proxmox-boot-tool refresh`) with a refresh that fails: the file is put back and the
+    error names the tool. proxmox-boot-tool is Proxmox's (not installable on Debian): a
+    stand-in whose refresh exits 2 takes its place (and the kernel pin, which would ask it
+    first, is off for this run); the edit, backup and rollback are real."""
+    original = "root=/dev/vda1 ro quiet\n"
+    sh(lab_vm, f"mkdir -p /etc/kernel && printf '{original}' > /etc/kernel/cmdline && "
+               "cat > /usr/sbin/proxmox-boot-tool <<'EOF'\n"
+               f"{PROXMOX_BOOT_TOOL_STAND_IN}EOF\nchmod 755 /usr/sbin/proxmox-boot-tool")
+    try:
+        run = run_pyinfra(SITE, "-y", env={"GPUNODE_LAB_BOOTLOADER": "systemd-boot",
+                                           "GPUNODE_LAB_KERNEL_PIN": "none"})
+        assert run.returncode != 0
+        assert "E: gpunode fault test: no ESP could be synced" in run.log
+        assert "proxmox-boot-tool failed; /etc/kernel/cmdline restored from " \
+               "/etc/kernel/cmdline.gpunode-bak" in run.log
+        assert sh(lab_vm, "cat /etc/kernel/cmdline") == original
+    finally:
+        sh(lab_vm, "rm -f /usr/sbin/proxmox-boot-tool /etc/kernel/cmdline "
+                   "/etc/kernel/cmdline.gpunode-bak")
     assert run_pyinfra(SITE, "--dry").planned_changes() == []
