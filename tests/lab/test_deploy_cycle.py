@@ -213,6 +213,9 @@ def test_5_rerun_changes_nothing(cycle):
     assert run.returncode == 0, run.log
     assert run.changed() == []
     assert run.loaded_facts() == [BUNDLE, "roles.audit.facts.AuditFacts"], run.loaded_facts()
+    host_only = run_pyinfra("deploy/host.py", "-y", "-v")
+    assert host_only.returncode == 0 and host_only.changed() == [], host_only.log
+    assert host_only.loaded_facts() == [BUNDLE, "roles.audit.facts.AuditFacts"]
     dry = run_pyinfra(SITE, "--dry", "-v", env={"GPUNODE_LAB_REBOOT": "1"})
     assert dry.returncode == 0, dry.log
     assert dry.planned_changes() == []
