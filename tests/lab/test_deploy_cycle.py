@@ -10,7 +10,7 @@ import shlex
 import pytest
 
 from lab.profile import LAB_PROFILE, LAB_SELECTOR
-from roles.host_tuning import OWNED_FILES, SYSCTL_FILE
+from roles.host_tuning import BOOT_SCRIPT, OWNED_FILES, SYSCTL_FILE
 from roles.ops.pcie import write_and_verify_command
 from roles.profile.loader import load_profile
 from tests.lab.pyinfra_cli import run_pyinfra
@@ -149,6 +149,10 @@ def test_2_apply_sets_live_values_and_reports_refused_maxreadreq(cycle):
     assert_profile_live(state, profile)
     assert "processor.max_cstate=1" in state["grub"]
     assert "pending reboot" in run.log
+    # every file gpunode owns: root's, with its explicit mode (the boot script executable)
+    for line in sh(vm, "stat -c '%n %U:%G %a' " + " ".join(OWNED_FILES)).splitlines():
+        path, owner, mode = line.split()
+        assert (owner, mode) == ("root:root", "755" if path == BOOT_SCRIPT else "644"), line
 
     devices = pci_devices(vm)
     stand_in = f"{LAB_SELECTOR['vendor']}:{LAB_SELECTOR['device']}"
