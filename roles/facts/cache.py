@@ -45,6 +45,7 @@ class FactCache(BaseStateCallback):
     def invalidate(self, host_name: str) -> None:
         self.generation[host_name] += 1
         self.pending.pop(host_name, None)
+        self.values = {key: value for key, value in self.values.items() if key[0] != host_name}
 
     def settle(self, host_name: str) -> None:
         """Invalidate the host if an operation that finished since the last read changed it."""
@@ -109,17 +110,17 @@ def cached_fact(fact_cls: type, **kwargs: Any) -> Any:
     name, read = current_host.name, FactRead(fact_cls, kwargs)
     cache.settle(name)
     key = _key(name, cache.generation[name], read)
-    if key not in cache.values:
-        found, value = _answering_value(cache, name, read)
-        if not found:
-            cache.misses += 1
-            value = current_host.get_fact(fact_cls, **kwargs)
-        else:
-            cache.hits += 1
-        cache.values[key] = value
-    else:
+    if key in cache.values:
         cache.hits += 1
-    return cache.values[key]
+        return cache.values[key]
+    found, value = _answering_value(cache, name, read)
+    if found:
+        cache.hits += 1
+    else:
+        cache.misses += 1
+        value = current_host.get_fact(fact_cls, **kwargs)
+    cache.values[key] = value
+    return value
 
 
 def cached_read(read: FactRead) -> Any:
@@ -136,13 +137,16 @@ def prefetch(reads: list[FactRead]) -> int:
     name = current_host.name
     cache.settle(name)
     generation = cache.generation[name]
-    todo = list({_key(name, generation, r): r for r in reads if bundleable(r)
-                 and _key(name, generation, r) not in cache.values}.values())
+    todo: dict[tuple, FactRead] = {}
+    for read in reads:
+        key = _key(name, generation, read)
+        if key not in cache.values and bundleable(read):
+            todo.setdefault(key, read)
     if len(todo) < 2:
         return 0
-    lines = current_host.get_fact(FactBundle, reads=todo) or []
-    values = bundle_values(todo, lines)
+    keys, bundled = list(todo), list(todo.values())
+    values = bundle_values(bundled, current_host.get_fact(FactBundle, reads=bundled) or [])
     for index, value in values.items():
-        cache.values[_key(name, generation, todo[index])] = value
+        cache.values[keys[index]] = value
     cache.bundled += len(values)
     return len(values)
