@@ -23,8 +23,10 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from pyinfra.api import FactBase
+
+from .sections import FactModel
 
 __all__ = [
     "KERNELS_MARKER_DPKG",
@@ -39,9 +41,7 @@ __all__ = [
 ]
 
 
-class KernelPackages(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class KernelPackages(FactModel):
     running: str
     """`uname -r`; "" when unknown."""
     installed: list[str] = Field(default_factory=list)
@@ -57,9 +57,6 @@ class KernelPackages(BaseModel):
         """A newer kernel than the running one is installed (Proxmox writes no
         /var/run/reboot-required). A pinned kernel changes the answer: compare with it."""
         return bool(self.newest and self.running and self.newest != self.running)
-
-    def to_json(self) -> dict:
-        return self.model_dump(mode="json")
 
 
 _STATUS_RE = re.compile(r"^[uihrp][ncHUFWti][R ]?$")

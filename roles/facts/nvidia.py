@@ -23,10 +23,11 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from pyinfra.api import FactBase
 
 from .pcie import normalize_bdf
+from .sections import FactModel
 
 __all__ = [
     "NvidiaDriverVersion",
@@ -39,9 +40,7 @@ __all__ = [
 ]
 
 
-class NvidiaGpu(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class NvidiaGpu(FactModel):
     index: int
     """Position in nvidia-smi's report (what `nvidia-smi -i N` means)."""
     name: str
@@ -68,13 +67,8 @@ class NvidiaGpu(BaseModel):
     persistence_mode: str | None = None
     mig_mode: str | None = None
 
-    def to_json(self) -> dict:
-        return self.model_dump(mode="json")
 
-
-class NvidiaSmiReport(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class NvidiaSmiReport(FactModel):
     present: bool
     """nvidia-smi ran and produced its XML report."""
     driver_version: str | None = None
@@ -82,9 +76,6 @@ class NvidiaSmiReport(BaseModel):
     gpus: list[NvidiaGpu] = Field(default_factory=list)
     error: str | None = None
     """First line of nvidia-smi's output when it printed something other than XML."""
-
-    def to_json(self) -> dict:
-        return self.model_dump(mode="json")
 
 
 # --- nvidia-smi -q -x ----------------------------------------------------------------------

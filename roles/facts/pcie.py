@@ -23,8 +23,9 @@ from __future__ import annotations
 
 import re
 
-from pydantic import BaseModel, ConfigDict
 from pyinfra.api import FactBase
+
+from .sections import FactModel
 
 __all__ = [
     "PcieDevice",
@@ -35,10 +36,8 @@ __all__ = [
 ]
 
 
-class PcieDevice(BaseModel):
+class PcieDevice(FactModel):
     """One PCI function. Sizes are bytes; speeds are lspci's text ("16GT/s")."""
-
-    model_config = ConfigDict(frozen=True)
 
     bdf: str
     """Domain:bus:device.function, lowercase, domain always present ("0000:41:00.0")."""
@@ -71,9 +70,6 @@ class PcieDevice(BaseModel):
     iommu_group: int | None = None
     caps_access_denied: bool = False
     """lspci printed "Capabilities: <access denied>" (not root): capability fields unknown."""
-
-    def to_json(self) -> dict:
-        return self.model_dump(mode="json")
 
 
 # --- parsing ---------------------------------------------------------------------------

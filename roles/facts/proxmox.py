@@ -33,8 +33,10 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 from pyinfra.api import FactBase
+
+from .sections import FactModel
 
 __all__ = [
     "BOOT_TOOL_SECTION_MARKER",
@@ -50,22 +52,15 @@ __all__ = [
 ]
 
 
-class PveVersion(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class PveVersion(FactModel):
     present: bool
     manager_version: str | None = None
     """pve-manager version: "8.2.4" (PVE 8+) or "7.4-3" (PVE 7 style)."""
     running_kernel: str | None = None
     """Running kernel, "6.8.12-1-pve"."""
 
-    def to_json(self) -> dict:
-        return self.model_dump(mode="json")
 
-
-class BootToolStatus(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
+class BootToolStatus(FactModel):
     present: bool
     """proxmox-boot-tool exists (the host is Proxmox VE)."""
     mode: Literal["grub", "systemd-boot", "unknown"] | None = None
@@ -78,14 +73,9 @@ class BootToolStatus(BaseModel):
     kernels_on_esps: list[str] = Field(default_factory=list)
     """Kernel versions found on the ESPs (union, output order)."""
 
-    def to_json(self) -> dict:
-        return self.model_dump(mode="json")
 
-
-class ProxmoxBootInfo(BaseModel):
+class ProxmoxBootInfo(FactModel):
     """`proxmox-boot-tool status` and `proxmox-boot-tool kernel list` together."""
-
-    model_config = ConfigDict(frozen=True)
 
     status: BootToolStatus
     kernels: list[str] = Field(default_factory=list)
@@ -93,9 +83,6 @@ class ProxmoxBootInfo(BaseModel):
     pinned: str | None = None
     next_boot: str | None = None
     """The "Kernel pinned on next-boot" entry (`kernel pin VER --next-boot`)."""
-
-    def to_json(self) -> dict:
-        return self.model_dump(mode="json")
 
 
 # --- pveversion ----------------------------------------------------------------------------
