@@ -18,15 +18,14 @@ which uses the same names and keeps every driver version.
 
 from __future__ import annotations
 
-import re
-
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from roles.profile.container import checked_driver_version
 
 __all__ = ["CONTAINER_DATA_KEY", "DEFAULTS", "DEFAULT_PACKAGES", "ContainerSettings"]
 
 CONTAINER_DATA_KEY = "gpunode_container"
 DEFAULT_PACKAGES = ["nvidia-smi", "libnvidia-ml1", "libcuda1", "libnvidia-ptxjitcompiler1"]
-_DRIVER_RE = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
 
 
 class ContainerSettings(BaseModel):
@@ -55,9 +54,7 @@ class ContainerSettings(BaseModel):
     @field_validator("nvidia_driver")
     @classmethod
     def _driver(cls, value: str | None) -> str | None:
-        if value is not None and not _DRIVER_RE.match(value):
-            raise ValueError("must be a driver version such as '550.127.05'")
-        return value
+        return checked_driver_version(value)
 
 
 DEFAULTS = ContainerSettings()

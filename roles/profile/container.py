@@ -47,6 +47,14 @@ _STORAGE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9\-_.]*[A-Za-z0-9]$")
 _DRIVER_RE = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
 _LXC_LINE_RE = re.compile(r"^(lxc\.[a-z0-9_\-.]+)(?::|\s*=)\s*(.*?)\s*$")
 
+
+def checked_driver_version(value: str | None) -> str | None:
+    """A pydantic check of an NVIDIA driver version ('550.127.05'); None passes."""
+    if value is not None and not _DRIVER_RE.match(value):
+        raise ValueError("must be a driver version such as '550.127.05'")
+    return value
+
+
 # net0 keys Proxmox knows (PVE::LXC::Config $netconf_desc).
 _NET_KEYS = frozenset(
     [
@@ -371,9 +379,7 @@ class ContainerSpec(BaseModel):
     @field_validator("nvidia_driver")
     @classmethod
     def _driver(cls, value: str | None) -> str | None:
-        if value is not None and not _DRIVER_RE.match(value):
-            raise ValueError("must be a driver version like '550.127.05'")
-        return value
+        return checked_driver_version(value)
 
     @property
     def extra_lxc_entries(self) -> list[tuple[str, str]]:
