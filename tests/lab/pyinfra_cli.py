@@ -31,13 +31,17 @@ class PyinfraRun:
         return [op["name"] for op in results.get("operations", []) if op["success"]]
 
     def loaded_facts(self) -> list[str]:
-        """Facts read, in order (the "Loaded fact" lines of a run with -v)."""
-        return [line.split("Loaded fact ", 1)[1].split(" (")[0]
-                for line in self.log.splitlines() if "Loaded fact " in line]
+        return loaded_facts(self.log)
 
     def errors(self) -> list[str]:
         results = self.payload.get("results") or {}
         return [op["name"] for op in results.get("operations", []) if op["error"]]
+
+
+def loaded_facts(log: str) -> list[str]:
+    """Facts read, in order (the "Loaded fact" lines of a pyinfra run with -v)."""
+    return [line.split("Loaded fact ", 1)[1].split(" (")[0]
+            for line in log.splitlines() if "Loaded fact " in line]
 
 
 def pyinfra_bin() -> str:

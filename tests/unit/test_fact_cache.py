@@ -6,10 +6,6 @@ fact on the same host: the prefetch must change how many commands run, never wha
 
 from __future__ import annotations
 
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
 from pyinfra.api import Config, FactBase, Inventory, State
 from pyinfra.api.connect import connect_all
@@ -23,8 +19,7 @@ from roles.facts.cache import cache_for, cached_fact, cached_read, prefetch
 from roles.facts.cpu import CpuPower
 from roles.facts.dpkg import InstalledPackages
 from roles.facts.kernel_params import KernelParams
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.lab.pyinfra_cli import run_pyinfra
 
 
 class NoNewline(FactBase):
@@ -188,11 +183,8 @@ def test_a_dry_run_reads_the_node_in_one_command(deploy):
     """`pyinfra @local DEPLOY --dry -v` on this machine: the prefetch bundle is the only fact
     a role reads; pyinfra's DebPackages appears only when a package must be installed (its
     apt.packages does the install and reads the package list for it)."""
-    run = subprocess.run([sys.executable, "-m", "pyinfra", "@local", deploy, "--dry", "-v"],
-                         cwd=ROOT, capture_output=True, text=True, timeout=300)
-    log = run.stdout + run.stderr
-    assert run.returncode == 0, log
-    loaded = [line.split("Loaded fact ", 1)[1].split(" (")[0]
-              for line in log.splitlines() if "Loaded fact " in line]
+    run = run_pyinfra(deploy, "--dry", "-v", inventory="@local", timeout=300)
+    assert run.returncode == 0, run.log
+    loaded = run.loaded_facts()
     assert loaded[0] == "roles.facts.bundle.FactBundle", loaded
     assert set(loaded[1:]) <= {"deb.DebPackages"}, loaded
