@@ -60,10 +60,6 @@ class NodeSnapshot(BaseModel):
     containers: list[ContainerState] | None = None
     """None where pct is missing (not Proxmox) or the audit fields were not read."""
 
-    @property
-    def audited(self) -> bool:
-        return self.nvidia is not None
-
 
 def with_extras(snap: NodeSnapshot, extras: AuditExtras) -> NodeSnapshot:
     """The snapshot with the audit fields filled from an AuditFacts result."""

@@ -113,13 +113,13 @@ _NO_VALUE = object()
 def section_value(read: FactRead, section: Section) -> Any:
     """What host.get_fact(read.fact, **read.kwargs) returns for this output, or _NO_VALUE."""
     fact = read.fact()
-    # Some facts keep their arguments on the instance in command() for process() to use
-    # (pyinfra's Sha1File keeps the path), as pyinfra calls both on one instance.
-    _call(fact.command, read.kwargs)
     if section.status != 0:
         return _NO_VALUE
     if not section.lines or section.lines == [MISSING_COMMAND]:
         return fact.default()
+    # Some facts keep their arguments on the instance in command() for process() to use
+    # (pyinfra's Sha1File keeps the path), as pyinfra calls both on one instance.
+    _call(fact.command, read.kwargs)
     try:
         return fact.process(section.lines)
     except Exception:  # noqa: BLE001 - the fact's own read reports it properly

@@ -105,10 +105,6 @@ class Section:
     lines: tuple[ConfigLine, ...]
 
     @property
-    def is_main(self) -> bool:
-        return self.name == ""
-
-    @property
     def is_pending(self) -> bool:
         return self.name.lower() == "pve:pending"
 
