@@ -1,45 +1,10 @@
-"""gpunode readiness audit: one read-only report per host, ranked; fails when P0/P1 are open.
+"""pyinfra INVENTORY deploy/audit.py
 
-    pyinfra -y INVENTORY deploy/audit.py                      # report; exit 1 if P0/P1 open
-    pyinfra -y INVENTORY deploy/audit.py --data report=both   # + reports/<host>.json and .md
-    pyinfra INVENTORY deploy/audit.py --dry                   # report only, exit 0 always
+The read-only readiness report (see gpunode/deploys/audit.py for its options).
 
-Each host's report has four parts: actionable checks ranked P0 (fixable at runtime), P1 (needs
-a reboot or container restart), P2 (minor), each with the exact fix and whether deploy/site.py
-would apply it; confirmed good checks with the live value read; known limits of the hardware;
-and what is not present on this node (no GPU, no Proxmox). It changes nothing on the node: the
-operation runs no command there and reads six read-only facts, in one remote command.
-
-Options (pyinfra --data, for every host):
-- report=json|md|both|none: write the report files (default none);
-- report_dir=PATH: where to write them (default ./reports).
-
-Failure signal: with -y (cron, CI, monitoring) every host is audited and pyinfra exits 1 when
-any host has a P0 or P1 open ("HOST: audit failed: N open (P0 a, P1 b)", that host marked
-failed), 0 otherwise. --dry and the interactive run (no -y) print the report during change
-detection; --dry exits 0.
+The deploy itself is gpunode.deploys.audit; this file is what pyinfra runs from a clone.
 """
 
-from pyinfra import host, state
-from pyinfra.api.exceptions import PyinfraError
+from gpunode.deploys import audit
 
-from roles.audit.report import report_formats
-from roles.audit.run import audit_node
-from roles.audit.snapshot import AUDIT_READ, snapshot_reads
-from roles.facts.cache import prefetch
-from roles.profile.loader import validate_hosts
-
-profile = validate_hosts(state.inventory)[host.name]
-prefetch([*snapshot_reads(profile).values(), AUDIT_READ])
-
-try:
-    formats = report_formats(host.data.get("report"))
-except ValueError as exc:
-    raise PyinfraError(f"{host.name}: --data {exc}") from None
-
-audit_node(
-    name="Audit the live node (read-only)",
-    profile=profile,
-    formats=formats,
-    report_dir=str(host.data.get("report_dir") or "reports"),
-)
+audit()

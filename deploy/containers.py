@@ -1,56 +1,8 @@
-"""gpunode: Proxmox LXC containers with NVIDIA GPUs, and the driver inside them.
+"""pyinfra INVENTORY deploy/containers.py: Proxmox LXC GPU containers and the driver inside them.
 
-    pyinfra inventories/example_containers.py deploy/containers.py --limit pve_hosts --dry
-    pyinfra inventories/example_containers.py deploy/containers.py --limit pve_hosts
-    pyinfra inventories/example_containers.py deploy/containers.py --limit gpu_containers
-
-- A Proxmox host with ``gpunode_containers`` (a list of ContainerSpec mappings) gets the
-  lxc_gpu role: create / converge each container, its GPU lines, restart only if allowed.
-- A container host (``@pct/PVE:VMID``, or any host with ``gpunode_container``) gets the
-  container role: the NVIDIA userspace at the host's exact driver version, then checks.
-
-Before any operation is added, every Proxmox host's containers are validated against its
-facts, and every container host's settings: one error lists all problems of all hosts.
-Run the Proxmox hosts first: a container must exist and run before @pct can reach it, and a
-restart must not race the driver install inside it.
+The deploy itself is gpunode.deploys.containers; this file is what pyinfra runs from a clone.
 """
 
-from pyinfra import host, state
+from gpunode.deploys import containers
 
-from roles.container import container_driver
-from roles.container.inventory import declared_specs, validate_container_targets
-from roles.facts.nvidia import NvidiaDriverVersion
-from roles.lxc_gpu import lxc_gpu
-from roles.lxc_gpu.validate import ContainerDeployError, validate_container_hosts
-
-_CACHE = "_gpunode_containers"
-
-# The deploy file runs once per host: validate all hosts once per run, keep it on the state.
-validated = getattr(state, _CACHE, None)
-if validated is None:
-    active = [h for h in state.inventory if h in state.active_hosts]
-    specs = validate_container_hosts(active)
-    targets = validate_container_targets(active, declared_specs(state.inventory))
-    validated = (specs, targets)
-    setattr(state, _CACHE, validated)
-specs, targets = validated
-
-if host.name in specs:
-    lxc_gpu(specs[host.name])
-
-if host.name in targets:
-    target = targets[host.name]
-    # /proc/driver/nvidia/version is the host's module, seen from inside the container.
-    driver = target.declared_driver or host.get_fact(NvidiaDriverVersion)
-    if driver is None:
-        raise ContainerDeployError(
-            f"{host.name}: can't tell the Proxmox host's NVIDIA driver version: "
-            "/proc/driver/nvidia/version is empty in the container (is the module loaded on "
-            "the host?). Set gpunode_container: {nvidia_driver: VERSION} in its data."
-        )
-    container_driver(
-        host_driver_version=driver,
-        settings=target.settings,
-        expected_gpus=target.expected_gpus,
-        container=target.label,
-    )
+containers()

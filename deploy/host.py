@@ -1,15 +1,10 @@
-"""gpunode host tuning only (no kernel cmdline, no reboot): runtime settings + persistence."""
+"""pyinfra INVENTORY deploy/host.py
 
-from pyinfra import host, state
+Host tuning only (no kernel cmdline, no driver, no reboot), then the read-back.
 
-from roles.audit.snapshot import snapshot_reads
-from roles.audit.verify import verify_node
-from roles.facts.cache import prefetch
-from roles.host_tuning import host_tuning, host_tuning_reads
-from roles.profile.loader import validate_hosts
+The deploy itself is gpunode.deploys.host_tuning_only; this file is what pyinfra runs from a clone.
+"""
 
-profile = validate_hosts(state.inventory)[host.name]
-prefetch([*host_tuning_reads(profile), *snapshot_reads(profile).values()])  # + the verify's
+from gpunode.deploys import host_tuning_only
 
-host_tuning(profile)
-verify_node(name="Verify the live node against the profile", profile=profile)
+host_tuning_only()

@@ -9,8 +9,9 @@ containers themselves as pyinfra hosts reached through the host with the @pct co
 
 Run step 1 first: @pct connects with `pct exec`, so a container must exist and run before
 step 2 can reach it. Each key of a container mapping is a ContainerSpec field
-(roles/profile/container.py; defaults and why in roles/lxc_gpu/defaults.py). The GPU lines
-are computed from the host's /proc/devices and /dev/nvidia*: nothing to write by hand.
+(gpunode/roles/profile/container.py; defaults and why in
+gpunode/roles/lxc_gpu/defaults.py). The GPU lines are computed from the host's /proc/devices
+and /dev/nvidia*: nothing to write by hand.
 """
 
 PVE_HOST = "pve-gpu-01.example.internal"
@@ -65,10 +66,21 @@ gpu_containers = [
     # nvidia-smi must list and the driver version; without them, the container reads the
     # host's module version from /proc/driver/nvidia/version and counts its /dev/nvidiaN.
     (f"@pct/{PVE_HOST}:110", {**_SSH}),
-    (f"@pct/{PVE_HOST}:111", {**_SSH, "gpunode_container": {"nvidia_packages": [
-        "nvidia-smi", "libnvidia-ml1", "libcuda1", "libnvidia-ptxjitcompiler1",
-        "libnvidia-nvvm4",  # for CUDA apps that JIT-link (LTO) through the driver
-    ]}}),
+    (
+        f"@pct/{PVE_HOST}:111",
+        {
+            **_SSH,
+            "gpunode_container": {
+                "nvidia_packages": [
+                    "nvidia-smi",
+                    "libnvidia-ml1",
+                    "libcuda1",
+                    "libnvidia-ptxjitcompiler1",
+                    "libnvidia-nvvm4",  # for CUDA apps that JIT-link (LTO) through the driver
+                ]
+            },
+        },
+    ),
     # A container reached over SSH instead (its own sshd): mark it with gpunode_container.
     # ("llm-c.example.internal", {"ssh_user": "root", "gpunode_container": {"gpus": 1}}),
 ]

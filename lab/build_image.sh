@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Build the gpunode lab disk image: Debian 12 (bookworm) from Debian's apt repositories only.
+# Build the gpunode lab disk image: Debian 13 (trixie, the default) or Debian 12 (bookworm), from
+# Debian's apt repositories only. The suite is $GPUNODE_LAB_SUITE (trixie | bookworm).
 #
 #   build_image.sh OUT_DIR     build everything into OUT_DIR (must not exist yet)
 #   build_image.sh --deps      only install the host tools it needs (apt-get), then exit
@@ -15,7 +16,11 @@
 # keyed on a hash of this file: any change here rebuilds the image.
 set -euo pipefail
 
-SUITE=bookworm
+SUITE=${GPUNODE_LAB_SUITE:-trixie}
+case "$SUITE" in
+  trixie|bookworm) ;;
+  *) echo "GPUNODE_LAB_SUITE=$SUITE: use trixie (Debian 13) or bookworm (Debian 12)" >&2; exit 2 ;;
+esac
 MIRROR=${GPUNODE_LAB_MIRROR:-http://deb.debian.org/debian}
 DISK_MB=8192
 PACKAGES=(
@@ -95,6 +100,33 @@ debootstrap_rootfs() {
     || { tail -n 40 "$WORK/debootstrap.log"; die "debootstrap failed"; }
 }
 
+write_apt_sources() {
+  # As each release's installer writes them: one-line sources.list on Debian 12, a deb822
+  # debian.sources file on Debian 13 (apt 3's default format).
+  if [[ $SUITE == bookworm ]]; then
+    cat >"$ROOT/etc/apt/sources.list" <<EOF
+deb $MIRROR $SUITE main
+deb $MIRROR $SUITE-updates main
+deb http://deb.debian.org/debian-security $SUITE-security main
+EOF
+    return
+  fi
+  rm -f "$ROOT/etc/apt/sources.list"
+  cat >"$ROOT/etc/apt/sources.list.d/debian.sources" <<EOF
+Types: deb
+URIs: $MIRROR
+Suites: $SUITE $SUITE-updates
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+
+Types: deb
+URIs: http://deb.debian.org/debian-security
+Suites: $SUITE-security
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+EOF
+}
+
 write_guest_files() {
   local uuid=$1
   echo gpunode-lab >"$ROOT/etc/hostname"
@@ -107,11 +139,7 @@ write_guest_files() {
   mkdir -p "$ROOT/etc/systemd/network"
   printf '[Match]\nDriver=virtio_net\n\n[Network]\nDHCP=ipv4\n' \
     >"$ROOT/etc/systemd/network/10-lab-virtio.network"
-  cat >"$ROOT/etc/apt/sources.list" <<EOF
-deb $MIRROR $SUITE main
-deb $MIRROR $SUITE-updates main
-deb http://deb.debian.org/debian-security $SUITE-security main
-EOF
+  write_apt_sources
   # GRUB: serial console, no menu wait. Debian's own GRUB_CMDLINE_LINUX_DEFAULT stays "quiet".
   sed -i -e 's/^GRUB_TIMEOUT=.*/GRUB_TIMEOUT=0/' \
     -e 's/^GRUB_CMDLINE_LINUX=.*/GRUB_CMDLINE_LINUX="console=ttyS0,115200n8"/' \

@@ -16,6 +16,8 @@ from pathlib import Path
 
 BUILD_SCRIPT = Path(__file__).with_name("build_image.sh")
 CACHE_ENV = "GPUNODE_LAB_CACHE"
+SUITE_ENV = "GPUNODE_LAB_SUITE"
+SUITES = ("trixie", "bookworm")  # Debian 13 (Proxmox VE 9, the default), Debian 12 (VE 8)
 HOST_TOOLS = ("qemu-system-x86_64", "qemu-img")
 
 
@@ -29,9 +31,18 @@ def cache_dir() -> Path:
     return Path(env) if env else Path.home() / ".cache" / "gpunode" / "lab"
 
 
-def image_key() -> str:
-    """Cache key: the first 16 hex digits of the build script's sha256."""
-    return hashlib.sha256(BUILD_SCRIPT.read_bytes()).hexdigest()[:16]
+def lab_suite() -> str:
+    """The Debian suite of the lab guest: $GPUNODE_LAB_SUITE (trixie | bookworm), default trixie."""
+    suite = os.environ.get(SUITE_ENV, SUITES[0]) or SUITES[0]
+    if suite not in SUITES:
+        raise LabImageError(f"{SUITE_ENV}={suite!r}: use one of {', '.join(SUITES)}")
+    return suite
+
+
+def image_key(suite: str | None = None) -> str:
+    """Cache key: the suite, then the first 16 hex digits of the build script's sha256."""
+    digest = hashlib.sha256(BUILD_SCRIPT.read_bytes()).hexdigest()[:16]
+    return f"{suite or lab_suite()}-{digest}"
 
 
 @dataclass(frozen=True)
@@ -104,7 +115,9 @@ def _build(image: LabImage) -> None:
     shutil.rmtree(tmp, ignore_errors=True)
     log = image.path.with_name(f"{image.path.name}.build.log")
     started = time.monotonic()
-    _run_script([str(tmp)], log, env={"GPUNODE_LAB_DEB_CACHE": str(cache_dir() / "debs")})
+    suite = image.path.name.split("-", 1)[0]
+    env = {"GPUNODE_LAB_DEB_CACHE": str(cache_dir() / "debs" / suite), SUITE_ENV: suite}
+    _run_script([str(tmp)], log, env=env)
     shutil.rmtree(image.path, ignore_errors=True)
     tmp.rename(image.path)
     _prune_old_images(image)
@@ -128,9 +141,11 @@ def _run_script(args: list[str], log: Path, env: dict[str, str] | None = None) -
 
 
 def _prune_old_images(keep: LabImage) -> None:
-    """Remove images and logs of older build scripts (a running VM keeps its open base file)."""
+    """Remove this suite's images and logs of older build scripts (never another suite's; a
+    running VM keeps its open base file)."""
+    suite_prefix = keep.path.name.split("-", 1)[0] + "-"
     for entry in keep.path.parent.iterdir():
-        if entry.name.startswith((keep.path.name, ".")):
+        if entry.name.startswith((keep.path.name, ".")) or not entry.name.startswith(suite_prefix):
             continue
         if entry.is_dir():
             shutil.rmtree(entry, ignore_errors=True)

@@ -9,10 +9,10 @@ import shlex
 
 import pytest
 
+from gpunode.roles.host_tuning import BOOT_SCRIPT, OWNED_FILES, SYSCTL_FILE
+from gpunode.roles.ops.pcie import write_and_verify_command
+from gpunode.roles.profile.loader import load_profile
 from lab.profile import LAB_PROFILE, LAB_SELECTOR
-from roles.host_tuning import BOOT_SCRIPT, OWNED_FILES, SYSCTL_FILE
-from roles.ops.pcie import write_and_verify_command
-from roles.profile.loader import load_profile
 from tests.lab.pyinfra_cli import run_pyinfra
 
 pytestmark = pytest.mark.lab
@@ -42,16 +42,23 @@ def pci_devices(vm) -> dict[str, str]:
 
 def device_controls(vm) -> dict[str, str]:
     """BDF -> raw Device Control register (CAP_EXP+8.w) for every PCIe function."""
-    out = sh(vm, "for d in $(lspci -D -n | cut -d' ' -f1); do "
-                 "echo $d $(setpci -s $d CAP_EXP+8.w 2>/dev/null || echo none); done")
+    out = sh(
+        vm,
+        "for d in $(lspci -D -n | cut -d' ' -f1); do "
+        "echo $d $(setpci -s $d CAP_EXP+8.w 2>/dev/null || echo none); done",
+    )
     return dict(line.split() for line in out.splitlines())
 
 
 def live_state(vm, profile) -> dict:
     keys = sorted(profile.sysctls)
-    sysctls = sh(vm, "; ".join(
-        f"echo {k}=$(cat /proc/sys/{k.replace('.', '/')} 2>/dev/null || echo missing)"
-        for k in keys))
+    sysctls = sh(
+        vm,
+        "; ".join(
+            f"echo {k}=$(cat /proc/sys/{k.replace('.', '/')} 2>/dev/null || echo missing)"
+            for k in keys
+        ),
+    )
     files = sh(vm, "; ".join(f"[ -e {f} ] && echo {f} || true" for f in OWNED_FILES))
     return {
         "sysctls": dict(line.split("=", 1) for line in sysctls.splitlines()),
@@ -86,8 +93,11 @@ def assert_profile_live(state: dict, profile) -> None:
 @pytest.fixture(scope="module")
 def cycle(lab_vm, tmp_path_factory):
     """Shared record of the steps (each test adds to it)."""
-    return {"vm": lab_vm, "profile": lab_profile(),
-            "reports": tmp_path_factory.mktemp("audit-reports")}
+    return {
+        "vm": lab_vm,
+        "profile": lab_profile(),
+        "reports": tmp_path_factory.mktemp("audit-reports"),
+    }
 
 
 def report_counts(report: dict) -> dict[str, int]:
@@ -107,12 +117,17 @@ def test_1_dry_run_lists_changes_and_changes_nothing(cycle):
     run = run_pyinfra(SITE, "--dry")
     assert run.returncode == 0, run.log
     planned = run.planned_changes()
-    for expected in ("Write /etc/sysctl.d/90-gpunode.conf", "Set sysctl values now",
-                     "Load kernel modules now", "Persist kernel cmdline"):
+    for expected in (
+        "Write /etc/sysctl.d/90-gpunode.conf",
+        "Set sysctl values now",
+        "Load kernel modules now",
+        "Persist kernel cmdline",
+    ):
         assert any(expected in name for name in planned), (expected, planned)
     assert live_state(vm, profile) == before
-    audit = run_pyinfra(AUDIT, "-y", "--data", "report=json", "--data",
-                        f"report_dir={cycle['reports']}")
+    audit = run_pyinfra(
+        AUDIT, "-y", "--data", "report=json", "--data", f"report_dir={cycle['reports']}"
+    )
     assert audit.returncode != 0, "a fresh node has open P0/P1 findings"
     assert "audit failed" in audit.log
     report = json.loads((cycle["reports"] / "gpunode-lab.json").read_text())
@@ -207,7 +222,7 @@ def test_4_reboot_allowed_applies_cmdline_and_boot_unit_reapplies(cycle):
         assert module in state["modules"]
 
 
-BUNDLE = "roles.facts.bundle.FactBundle"
+BUNDLE = "gpunode.roles.facts.bundle.FactBundle"
 
 
 def test_5_rerun_changes_nothing(cycle):
@@ -216,17 +231,20 @@ def test_5_rerun_changes_nothing(cycle):
     run = run_pyinfra(SITE, "-y", "-v", env={"GPUNODE_LAB_REBOOT": "1"})
     assert run.returncode == 0, run.log
     assert run.changed() == []
-    assert run.loaded_facts() == [BUNDLE, "roles.audit.facts.AuditFacts"], run.loaded_facts()
+    assert run.loaded_facts() == [BUNDLE, "gpunode.roles.audit.facts.AuditFacts"], (
+        run.loaded_facts()
+    )
     host_only = run_pyinfra("deploy/host.py", "-y", "-v")
     assert host_only.returncode == 0 and host_only.changed() == [], host_only.log
-    assert host_only.loaded_facts() == [BUNDLE, "roles.audit.facts.AuditFacts"]
+    assert host_only.loaded_facts() == [BUNDLE, "gpunode.roles.audit.facts.AuditFacts"]
     dry = run_pyinfra(SITE, "--dry", "-v", env={"GPUNODE_LAB_REBOOT": "1"})
     assert dry.returncode == 0, dry.log
     assert dry.planned_changes() == []
     assert dry.loaded_facts() == [BUNDLE], dry.loaded_facts()
     assert "verified" in run.log and " 0 open" in run.log
-    audit = run_pyinfra(AUDIT, "-y", "-v", "--data", "report=json", "--data",
-                        f"report_dir={cycle['reports']}")
+    audit = run_pyinfra(
+        AUDIT, "-y", "-v", "--data", "report=json", "--data", f"report_dir={cycle['reports']}"
+    )
     assert audit.returncode == 0, audit.log
     assert audit.loaded_facts() == [BUNDLE], audit.loaded_facts()
     report = json.loads((cycle["reports"] / "gpunode-lab.json").read_text())
@@ -236,13 +254,17 @@ def test_5_rerun_changes_nothing(cycle):
 def test_6_drift_is_named_exactly_and_repaired(cycle):
     vm, profile = cycle["vm"], cycle["profile"]
     module = profile.modules[0]
-    sh(vm, f"sysctl -w kernel.numa_balancing=1 && sed -i '/vm.swappiness/d' {SYSCTL_FILE} "
-           f"&& rmmod {module}")
+    sh(
+        vm,
+        f"sysctl -w kernel.numa_balancing=1 && sed -i '/vm.swappiness/d' {SYSCTL_FILE} "
+        f"&& rmmod {module}",
+    )
     dry = run_pyinfra(SITE, "--dry")
     assert dry.returncode == 0, dry.log
     planned = sorted(name.rsplit(" | ", 1)[-1] for name in dry.planned_changes())
-    assert planned == sorted([f"Write {SYSCTL_FILE}", "Set sysctl values now",
-                              "Load kernel modules now"])
+    assert planned == sorted(
+        [f"Write {SYSCTL_FILE}", "Set sysctl values now", "Load kernel modules now"]
+    )
     run = run_pyinfra(SITE, "-y")
     assert run.returncode == 0, run.log
     assert_profile_live(live_state(vm, profile), profile)

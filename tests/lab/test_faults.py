@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from roles.host_tuning import OWNED_FILES, SYSCTL_FILE
+from gpunode.roles.host_tuning import OWNED_FILES, SYSCTL_FILE
 from tests.lab.pyinfra_cli import LAB_INVENTORY, REPO, pyinfra_bin, run_pyinfra
 
 pytestmark = pytest.mark.lab

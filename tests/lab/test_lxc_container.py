@@ -38,15 +38,15 @@ import time
 
 import pytest
 
-from roles.lxc_gpu import pve_config
-from roles.lxc_gpu.passthrough import (
+from gpunode.roles.lxc_gpu import pve_config
+from gpunode.roles.lxc_gpu.passthrough import (
     NVIDIA_DEVICES_COMMAND,
     parse_nvidia_dev_listing,
     parse_nvidia_device_fact,
     parse_proc_devices,
 )
-from roles.lxc_gpu.plan import edit_config_text
-from roles.profile.container import ContainerSpec
+from gpunode.roles.lxc_gpu.plan import edit_config_text
+from gpunode.roles.profile.container import ContainerSpec
 
 pytestmark = pytest.mark.lab
 

@@ -1,6 +1,6 @@
-"""Build sectioned fact output (the inverse of roles.facts.sections.split_sections)."""
+"""Build sectioned fact output (the inverse of gpunode.roles.facts.sections.split_sections)."""
 
-from roles.facts.sections import MARKER
+from gpunode.roles.facts.sections import MARKER
 
 
 def sections_text(**parts: str) -> str:

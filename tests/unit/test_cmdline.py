@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from roles.facts.cmdline import (
+from gpunode.roles.facts.cmdline import (
     edit_grub_default,
     grub_cmdline_value,
     merge_cmdline,
@@ -10,8 +10,8 @@ from roles.facts.cmdline import (
     parse_cmdline_sections,
     split_cmdline,
 )
-from roles.facts.sections import section_command
-from roles.ops.cmdline import set_grub_default_entry
+from gpunode.roles.facts.sections import section_command
+from gpunode.roles.ops.cmdline import set_grub_default_entry
 
 DATA = Path(__file__).parents[1] / "data"
 DEBIAN_GRUB = (DATA / "grub" / "debian12-default-grub").read_text()

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from roles.facts.cpu import parse_cpu_sections, parse_idle_states
-from roles.ops.cpu import cpu_cmdline_params, cpus_by_state, states_to_disable
+from gpunode.roles.facts.cpu import parse_cpu_sections, parse_idle_states
+from gpunode.roles.ops.cpu import cpu_cmdline_params, cpus_by_state, states_to_disable
 from tests.unit._sections import sections_text
 
 DATA = Path(__file__).parents[1] / "data" / "cpuidle"

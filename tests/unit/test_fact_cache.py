@@ -14,11 +14,11 @@ from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts.files import Directory, Sha1File
 from pyinfra.facts.server import Hostname
 
-from roles.facts.bundle import FactBundle, FactRead
-from roles.facts.cache import cache_for, cached_fact, cached_read, prefetch
-from roles.facts.cpu import CpuPower
-from roles.facts.dpkg import InstalledPackages
-from roles.facts.kernel_params import KernelParams
+from gpunode.roles.facts.bundle import FactBundle, FactRead
+from gpunode.roles.facts.cache import cache_for, cached_fact, cached_read, prefetch
+from gpunode.roles.facts.cpu import CpuPower
+from gpunode.roles.facts.dpkg import InstalledPackages
+from gpunode.roles.facts.kernel_params import KernelParams
 from tests.lab.pyinfra_cli import run_pyinfra
 
 
@@ -186,5 +186,5 @@ def test_a_dry_run_reads_the_node_in_one_command(deploy):
     run = run_pyinfra(deploy, "--dry", "-v", inventory="@local", timeout=300)
     assert run.returncode == 0, run.log
     loaded = run.loaded_facts()
-    assert loaded[0] == "roles.facts.bundle.FactBundle", loaded
+    assert loaded[0] == "gpunode.roles.facts.bundle.FactBundle", loaded
     assert set(loaded[1:]) <= {"deb.DebPackages"}, loaded

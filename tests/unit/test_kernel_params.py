@@ -1,8 +1,8 @@
 """sysctl / modules / memlock parsing and the module plan."""
 
-from roles.facts.kernel_params import parse_kernel_params, parse_limits_memlock
-from roles.ops.modules import plan_modules
-from roles.ops.sysctl import sysctl_changes
+from gpunode.roles.facts.kernel_params import parse_kernel_params, parse_limits_memlock
+from gpunode.roles.ops.modules import plan_modules
+from gpunode.roles.ops.sysctl import sysctl_changes
 from tests.unit._sections import sections_text
 
 # /proc/1/limits layout (rows trimmed); 8388608 is systemd 252's default memlock.

@@ -1,7 +1,7 @@
 """NVIDIA driver pin decisions and dpkg parsing."""
 
-from roles.facts.dpkg import parse_dpkg_query, upstream_version
-from roles.nvidia_driver import DriverPlan
+from gpunode.roles.facts.dpkg import parse_dpkg_query, upstream_version
+from gpunode.roles.nvidia_driver import DriverPlan
 
 # `dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\n'` layout; versions as
 # Debian bookworm ships them (nvidia-driver 535.216.03-1~deb12u1 in bookworm/non-free).

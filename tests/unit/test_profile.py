@@ -2,8 +2,8 @@
 
 import pytest
 
-from roles.profile.loader import ProfileError, load_profile, validate_hosts
-from roles.profile.node import DEFAULT_SYSCTLS, NodeProfile
+from gpunode.roles.profile.loader import ProfileError, load_profile, validate_hosts
+from gpunode.roles.profile.node import DEFAULT_SYSCTLS, NodeProfile
 
 
 def test_defaults_are_the_inference_profile():

@@ -4,7 +4,7 @@ import base64
 
 import pytest
 
-from roles.audit.facts import (
+from gpunode.roles.audit.facts import (
     AUDIT_COMMAND,
     AuditFacts,
     parse_audit_sections,
@@ -14,8 +14,8 @@ from roles.audit.facts import (
     parse_nvlink_status,
     parse_pci_paths,
 )
-from roles.facts.kernels import InstalledKernels
-from roles.facts.sections import MARKER
+from gpunode.roles.facts.kernels import InstalledKernels
+from gpunode.roles.facts.sections import MARKER
 
 from ._nodes import CT_MEMLOCK_8M, CT_MEMLOCK_UNLIMITED, read
 

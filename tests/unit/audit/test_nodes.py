@@ -1,7 +1,7 @@
 """audit_checks() on two whole nodes built from captured outputs: ranks and fixes."""
 
-from roles.audit.checks import audit_checks, tuning_checks
-from roles.audit.report import exit_status, pending
+from gpunode.roles.audit.checks import audit_checks, tuning_checks
+from gpunode.roles.audit.report import exit_status, pending
 
 from ._nodes import by_name, healthy, misconfigured
 

@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from roles.audit.checks import audit_checks
-from roles.audit.model import Check, subject_of
-from roles.audit.report import (
+from gpunode.roles.audit.checks import audit_checks
+from gpunode.roles.audit.model import Check, subject_of
+from gpunode.roles.audit.report import (
     exit_status,
     fold_ok,
     pending_lines,

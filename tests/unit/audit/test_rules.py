@@ -3,9 +3,9 @@ with that fault does not exist; the change is named in the test)."""
 
 import pytest
 
-from roles.audit.checks import audit_checks
-from roles.audit.facts import IommuState, parse_gpu_details, parse_nvlink_status
-from roles.audit.gpu_checks import (
+from gpunode.roles.audit.checks import audit_checks
+from gpunode.roles.audit.facts import IommuState, parse_gpu_details, parse_nvlink_status
+from gpunode.roles.audit.gpu_checks import (
     NO_NVLINK,
     check_acs,
     check_gpu_state,
@@ -15,17 +15,17 @@ from roles.audit.gpu_checks import (
     check_pcie_links,
     check_rebar,
 )
-from roles.audit.snapshot import NodeSnapshot
-from roles.audit.system_checks import check_containers, check_driver, check_kernel
-from roles.facts.cmdline import CmdlineState
-from roles.facts.cpu import CpuState
-from roles.facts.kernel_params import KernelParamsState
-from roles.facts.kernels import parse_installed_kernels, parse_kernel_packages
-from roles.facts.nvidia import parse_nvidia_smi_xml
-from roles.facts.proxmox import PveVersion
-from roles.lxc_gpu.pve_config import parse_pve_lxc_config, render, with_lxc_entry
-from roles.ops.cmdline import set_grub_default_entry
-from roles.profile.node import NodeProfile
+from gpunode.roles.audit.snapshot import NodeSnapshot
+from gpunode.roles.audit.system_checks import check_containers, check_driver, check_kernel
+from gpunode.roles.facts.cmdline import CmdlineState
+from gpunode.roles.facts.cpu import CpuState
+from gpunode.roles.facts.kernel_params import KernelParamsState
+from gpunode.roles.facts.kernels import parse_installed_kernels, parse_kernel_packages
+from gpunode.roles.facts.nvidia import parse_nvidia_smi_xml
+from gpunode.roles.facts.proxmox import PveVersion
+from gpunode.roles.lxc_gpu.pve_config import parse_pve_lxc_config, render, with_lxc_entry
+from gpunode.roles.ops.cmdline import set_grub_default_entry
+from gpunode.roles.profile.node import NodeProfile
 
 from ._nodes import (
     CT_MEMLOCK_8M,

@@ -2,7 +2,7 @@
 
 import pytest
 
-from roles.facts.nvidia import (
+from gpunode.roles.facts.nvidia import (
     NvidiaDriverVersion,
     NvidiaSmi,
     nvidia_module_is_open,

@@ -2,7 +2,13 @@
 
 import pytest
 
-from roles.facts.pcie import PcieDevice, PcieDevices, matches, normalize_bdf, parse_lspci_vvv
+from gpunode.roles.facts.pcie import (
+    PcieDevice,
+    PcieDevices,
+    matches,
+    normalize_bdf,
+    parse_lspci_vvv,
+)
 
 from ._data import read
 

@@ -9,7 +9,7 @@ from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import InventoryError
 from pyinfra.connectors.util import make_unix_command
 
-from roles.lxc_gpu.connector import (
+from gpunode.roles.lxc_gpu.connector import (
     PctConnector,
     parse_pct_target,
     pct_exec_command,

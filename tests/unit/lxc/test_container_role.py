@@ -8,21 +8,21 @@ from pyinfra.api import OperationError
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra_testing.util import FakeState, create_host
 
-import roles.ops.lxc as ops
-from roles.container.defaults import DEFAULT_PACKAGES, ContainerSettings
-from roles.container.facts import (
+import gpunode.roles.ops.lxc as ops
+from gpunode.roles.container.defaults import DEFAULT_PACKAGES, ContainerSettings
+from gpunode.roles.container.facts import (
     CONTAINER_GPU_STATE_COMMAND,
     AptVersions,
     parse_apt_madison,
     parse_container_gpu_state,
 )
-from roles.container.inventory import (
+from gpunode.roles.container.inventory import (
     container_target,
     declared_specs,
     validate_container_targets,
 )
-from roles.container.plan import container_checks, install_command, userspace_plan
-from roles.lxc_gpu.validate import ContainerDeployError
+from gpunode.roles.container.plan import container_checks, install_command, userspace_plan
+from gpunode.roles.lxc_gpu.validate import ContainerDeployError
 
 CUDA = "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64  Packages"
 DEBIAN = "http://deb.debian.org/debian bookworm/non-free"

@@ -3,8 +3,8 @@
 import pytest
 from pydantic import ValidationError
 
-from roles.lxc_gpu import pve_config as pc
-from roles.profile.container import (
+from gpunode.roles.lxc_gpu import pve_config as pc
+from gpunode.roles.profile.container import (
     ContainerSpec,
     ContainerSpecError,
     immutable_mismatches,

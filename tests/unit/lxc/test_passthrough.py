@@ -2,8 +2,8 @@
 
 import pytest
 
-from roles.lxc_gpu import pve_config as pc
-from roles.lxc_gpu.passthrough import (
+from gpunode.roles.lxc_gpu import pve_config as pc
+from gpunode.roles.lxc_gpu.passthrough import (
     DEVICE_FACT_SEPARATOR,
     DeviceNode,
     PassthroughError,

@@ -9,10 +9,10 @@ from pyinfra.api.connect import connect_all
 from pyinfra.api.deploy import add_deploy
 from pyinfra.context import ctx_host, ctx_state
 
-from roles.lxc_gpu import lxc_gpu
-from roles.lxc_gpu.passthrough import DeviceNode
-from roles.lxc_gpu.plan import edit_config_text
-from roles.profile.container import ContainerSpec
+from gpunode.roles.lxc_gpu import lxc_gpu
+from gpunode.roles.lxc_gpu.passthrough import DeviceNode
+from gpunode.roles.lxc_gpu.plan import edit_config_text
+from gpunode.roles.profile.container import ContainerSpec
 
 DEVICES = {
     "majors": {"nvidia": 195, "nvidiactl": 195, "nvidia-uvm": 510},

@@ -4,15 +4,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from roles.lxc_gpu.facts import PveGuest
-from roles.lxc_gpu.passthrough import parse_nvidia_dev_listing, parse_proc_devices
-from roles.lxc_gpu.validate import (
+from gpunode.roles.lxc_gpu.facts import PveGuest
+from gpunode.roles.lxc_gpu.passthrough import parse_nvidia_dev_listing, parse_proc_devices
+from gpunode.roles.lxc_gpu.validate import (
     ContainerDeployError,
     HostFacts,
     check_host_containers,
     validate_container_hosts,
 )
-from roles.profile.container import ContainerSpecError
+from gpunode.roles.profile.container import ContainerSpecError
 from tests.unit.lxc._data import read
 
 TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"

@@ -1,0 +1,14 @@
+"""gpunode's deploys, to call from a pyinfra deploy file (yours or the repository's deploy/*.py).
+
+    from gpunode.deploys import site
+    site()
+
+Each reads the profile from the host's data (``gpunode`` / ``gpunode_profile_file``).
+"""
+
+from gpunode.deploys.audit import audit
+from gpunode.deploys.containers import containers
+from gpunode.deploys.host import host_tuning_only
+from gpunode.deploys.site import site
+
+__all__ = ["audit", "containers", "host_tuning_only", "site"]

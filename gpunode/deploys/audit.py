@@ -1,0 +1,48 @@
+"""gpunode readiness audit: one read-only report per host, ranked; fails when P0/P1 are open.
+
+    pyinfra -y INVENTORY deploy/audit.py                      # report; exit 1 if P0/P1 open
+    pyinfra -y INVENTORY deploy/audit.py --data report=both   # + reports/<host>.json and .md
+    pyinfra INVENTORY deploy/audit.py --dry                   # report only, exit 0 always
+
+Each host's report has four parts: actionable checks ranked P0 (fixable at runtime), P1 (needs
+a reboot or container restart), P2 (minor), each with the exact fix and whether deploy/site.py
+would apply it; confirmed good checks with the live value read; known limits of the hardware;
+and what is not present on this node (no GPU, no Proxmox). It changes nothing on the node: the
+operation runs no command there and reads six read-only facts, in one remote command.
+
+Options (pyinfra --data, for every host):
+- report=json|md|both|none: write the report files (default none);
+- report_dir=PATH: where to write them (default ./reports).
+
+Failure signal: with -y (cron, CI, monitoring) every host is audited and pyinfra exits 1 when
+any host has a P0 or P1 open ("HOST: audit failed: N open (P0 a, P1 b)", that host marked
+failed), 0 otherwise. --dry and the interactive run (no -y) print the report during change
+detection; --dry exits 0.
+"""
+
+from pyinfra import host, state
+from pyinfra.api.exceptions import PyinfraError
+
+from gpunode.roles.audit.report import report_formats
+from gpunode.roles.audit.run import audit_node
+from gpunode.roles.audit.snapshot import AUDIT_READ, snapshot_reads
+from gpunode.roles.facts.cache import prefetch
+from gpunode.roles.profile.loader import validate_hosts
+
+
+def audit() -> None:
+    """The read-only readiness report of this host (options: host data report, report_dir)."""
+    profile = validate_hosts(state.inventory)[host.name]
+    prefetch([*snapshot_reads(profile).values(), AUDIT_READ])
+
+    try:
+        formats = report_formats(host.data.get("report"))
+    except ValueError as exc:
+        raise PyinfraError(f"{host.name}: --data {exc}") from None
+
+    audit_node(
+        name="Audit the live node (read-only)",
+        profile=profile,
+        formats=formats,
+        report_dir=str(host.data.get("report_dir") or "reports"),
+    )

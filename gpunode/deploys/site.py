@@ -1,0 +1,26 @@
+"""The site deploy: bring a GPU host to the inference profile, then read it back.
+
+Every host's profile (host data ``gpunode`` or ``gpunode_profile_file``) is validated before any
+host is touched. The live state every role reads is gathered first, in one remote command
+(gpunode.roles.facts.cache.prefetch).
+"""
+
+from pyinfra import host, state
+
+from gpunode.roles.audit.verify import verify_node
+from gpunode.roles.facts.cache import prefetch
+from gpunode.roles.host_tuning import host_tuning, host_tuning_reads
+from gpunode.roles.kernel import kernel_boot, kernel_reads
+from gpunode.roles.nvidia_driver import nvidia_driver, nvidia_driver_reads
+from gpunode.roles.profile.loader import validate_hosts
+
+
+def site() -> None:
+    """Host tuning, NVIDIA driver pin, kernel cmdline and pin (reboot if allowed), verify."""
+    profile = validate_hosts(state.inventory)[host.name]
+    prefetch([*host_tuning_reads(profile), *nvidia_driver_reads(profile), *kernel_reads(profile)])
+
+    host_tuning(profile)
+    nvidia_driver(profile)
+    kernel_boot(profile)
+    verify_node(name="Verify the live node against the profile", profile=profile)

@@ -1,0 +1,219 @@
+"""Checks: profile vs live node, each with a status, the live value and the exact fix.
+
+Status ranks follow the node report (gpunode.roles.audit.model): P0 fixable at runtime, P1 needs a
+reboot, P2 minor; "limit" is the hardware's own limit (nobody should chase it), "n/a" is not
+applicable or not present here.
+
+- `tuning_checks(profile, snap)`: every setting of the profile against the live node (what
+  deploy/site.py converges);
+- `audit_checks(profile, snap)`: those plus the hardware, GPU, driver, kernel and container
+  checks of the readiness audit (gpunode.roles.audit.gpu_checks, gpunode.roles.audit.system_checks).
+"""
+
+from __future__ import annotations
+
+from gpunode.roles.audit.gpu_checks import (
+    check_acs,
+    check_gpu_inventory,
+    check_gpu_state,
+    check_iommu,
+    check_max_payload,
+    check_nvlink,
+    check_pcie_links,
+    check_rebar,
+)
+from gpunode.roles.audit.model import DEPLOY_FIX, STATUSES, Check, Status, ok
+from gpunode.roles.audit.snapshot import NodeSnapshot
+from gpunode.roles.audit.system_checks import (
+    check_containers,
+    check_driver,
+    check_kernel,
+    check_proxmox,
+)
+from gpunode.roles.facts.cmdline import format_param, missing_params
+from gpunode.roles.facts.kernel_params import normalize_sysctl_value
+from gpunode.roles.ops.cpu import cpu_cmdline_params, states_to_disable
+from gpunode.roles.ops.modules import plan_modules
+from gpunode.roles.ops.pcie import refusal_note, selected_devices, setpci_mrrs_argument
+from gpunode.roles.profile.node import NodeProfile
+
+__all__ = [
+    "DEPLOY_FIX",
+    "STATUSES",
+    "Check",
+    "Status",
+    "audit_checks",
+    "ok",
+    "tuning_checks",
+]
+
+
+def check_sysctls(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
+    checks = []
+    for key, want in profile.sysctls.items():
+        want = normalize_sysctl_value(want)
+        live = snap.kernel.sysctls.get(key)
+        name = f"sysctl {key}"
+        if live is None:
+            checks.append(Check(name=name, status="n/a", live="not on this kernel", want=want))
+        elif live == want:
+            checks.append(ok(name, live, want))
+        else:
+            checks.append(Check(name=name, status="P0", live=live, want=want,
+                                fix=f"sysctl -w {key}='{want}' ({DEPLOY_FIX})",
+                                deploy_fixes=True))
+    return checks
+
+
+def check_modules(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
+    plan = plan_modules(snap.kernel, profile.modules, profile.required_modules)
+    checks = [ok(f"module {m}", "loaded") for m in plan.loaded]
+    checks += [Check(name=f"module {m}", status="P0", live="not loaded", want="loaded",
+                     fix=f"modprobe {m} ({DEPLOY_FIX})", deploy_fixes=True) for m in plan.load]
+    checks += [Check(name=f"module {m}", status="n/a", live=why)
+               for m, why in plan.not_applicable.items()]
+    checks += [Check(name=f"module {m}", status="P0", live=why, want="loaded",
+                     fix="install the driver/RDMA stack that provides it")
+               for m, why in plan.missing_required.items()]
+    return checks
+
+
+def check_max_read_request(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
+    size = profile.max_read_request
+    devices = selected_devices(snap.pcie, profile.pcie_selector)
+    if not devices:
+        return [Check(name="PCIe MaxReadReq", status="n/a",
+                      live="no device matches the selector")]
+    checks = []
+    for d in devices:
+        name = f"PCIe MaxReadReq {d.bdf} [{d.vendor_id}:{d.device_id}]"
+        live = f"{d.devctl_max_read_req} bytes"
+        if d.devctl_max_read_req == size:
+            checks.append(ok(name, live, f"{size} bytes"))
+        elif snap.mrrs_refused.get(d.bdf) == size:
+            checks.append(Check(name=name, status="limit", live=live, want=f"{size} bytes",
+                                fix=refusal_note([d], size)))
+        else:
+            checks.append(Check(name=name, status="P0", live=live, want=f"{size} bytes",
+                                fix=f"setpci -s {d.bdf} {setpci_mrrs_argument(size)} "
+                                f"({DEPLOY_FIX})", deploy_fixes=True))
+    return checks
+
+
+def check_cstates(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
+    cap = profile.max_cstate
+    if cap is None:
+        return []
+    if not snap.cpu.idle_states:
+        return [Check(name="C-states (cpuidle)", status="n/a", live="no cpuidle states")]
+    deeper = states_to_disable(snap.cpu.idle_states, cap)
+    if not deeper:
+        return [ok("C-states (cpuidle)", f"none deeper than C{cap} enabled", f"<= C{cap}")]
+    names = sorted({f"{s.name} ({s.latency_us} us)" for s in deeper})
+    return [Check(name="C-states (cpuidle)", status="P0", live=f"enabled: {', '.join(names)}",
+                  want=f"<= C{cap}", fix=f"disable in cpuidle sysfs ({DEPLOY_FIX})",
+                  deploy_fixes=True)]
+
+
+def check_governor(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
+    want = profile.cpu_governor
+    if not want:
+        return []
+    governors = snap.cpu.governors
+    if not governors:
+        return [Check(name="CPU governor", status="n/a", live="no cpufreq")]
+    others = sorted({g for g in governors.values() if g != want})
+    driver = snap.cpu.cpufreq_driver or "?"
+    if not others:
+        return [ok("CPU governor", f"{want} on {len(governors)} CPUs ({driver})", want)]
+    return [Check(name="CPU governor", status="P0", live=", ".join(others), want=want,
+                  fix=f"echo {want} > scaling_governor ({DEPLOY_FIX})", deploy_fixes=True)]
+
+
+def check_cmdline(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
+    wanted = cpu_cmdline_params(snap.cpu, profile.max_cstate, profile.amd_pstate)
+    wanted.update(profile.cmdline)
+    checks = []
+    not_configured = missing_params(snap.cmdline.configured, wanted)
+    not_booted = missing_params(snap.cmdline.booted, wanted)
+    no_config = (snap.cmdline.grub_default_text is None
+                 and snap.cmdline.kernel_cmdline_text is None)
+    for key, value in wanted.items():
+        token = format_param(key, value)
+        name = f"cmdline {key}"
+        if no_config and key not in not_booted:
+            checks.append(ok(name, token, token))
+        elif no_config:
+            if profile.bootloader == "auto":
+                checks.append(Check(name=name, status="n/a", want=token,
+                                    live="no bootloader config here (/etc/default/grub, "
+                                    "/etc/kernel/cmdline): the cmdline is not managed on "
+                                    "this node"))
+            else:
+                checks.append(Check(name=name, status="P1", live="no bootloader config",
+                                    want=token, fix=f"bootloader: {profile.bootloader} but "
+                                    "its config file is missing: fix the profile or the node"))
+        elif key in not_configured:
+            checks.append(Check(name=name, status="P1", live="not configured", want=token,
+                                fix=f"add {token} to the bootloader config, reboot "
+                                f"({DEPLOY_FIX})", deploy_fixes=True))
+        elif key in not_booted:
+            checks.append(Check(name=name, status="P1", live="configured, pending reboot",
+                                want=token, fix="reboot", deploy_fixes=profile.reboot,
+                                pending="reboot"))
+        else:
+            checks.append(ok(name, token, token))
+    return checks
+
+
+def check_memlock(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
+    want = "infinity" if profile.memlock == "unlimited" else str(profile.memlock)
+    live = snap.kernel.memlock_default
+    if live is None:
+        return [Check(name="memlock (systemd default)", status="n/a", live="no systemd")]
+    if live == want:
+        return [ok("memlock (systemd default)", live, want)]
+    return [Check(name="memlock (systemd default)", status="P0", live=live, want=want,
+                  fix=f"DefaultLimitMEMLOCK={want} + systemctl daemon-reexec ({DEPLOY_FIX})",
+                  deploy_fixes=True)]
+
+
+def tuning_checks(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
+    """Every profile setting compared with the live node."""
+    return [
+        *check_sysctls(profile, snap),
+        *check_modules(profile, snap),
+        *check_max_read_request(profile, snap),
+        *check_cstates(profile, snap),
+        *check_governor(profile, snap),
+        *check_cmdline(profile, snap),
+        *check_memlock(profile, snap),
+    ]
+
+
+def audit_checks(
+    profile: NodeProfile,
+    snap: NodeSnapshot,
+    container_memlock: dict[int, str | int] | None = None,
+) -> list[Check]:
+    """The readiness audit: the profile's settings, then the node's hardware, GPUs, driver,
+    kernel and containers. Pure: the same snapshot always gives the same report.
+
+    `container_memlock` maps vmid -> declared memlock (ContainerSpec.memlock); GPU containers
+    not listed want 'unlimited'.
+    """
+    return [
+        *tuning_checks(profile, snap),
+        *check_iommu(profile, snap),
+        *check_gpu_inventory(snap),
+        *check_pcie_links(snap),
+        *check_max_payload(snap),
+        *check_acs(snap),
+        *check_rebar(snap),
+        *check_gpu_state(snap),
+        *check_nvlink(snap),
+        *check_driver(profile, snap),
+        *check_kernel(profile, snap),
+        *check_proxmox(snap),
+        *check_containers(snap, container_memlock),
+    ]

@@ -1,0 +1,96 @@
+"""The audit operation: read the node, print its report, fail the host when P0/P1 are open.
+
+`audit_node` runs no command on the node: it reads facts
+(gpunode.roles.audit.snapshot.gather_snapshot, six read-only commands), prints the report
+through pyinfra's logger and writes the local report files. It reads and prints once per host,
+at the first evaluation pyinfra makes of it:
+- `pyinfra INV deploy/audit.py --dry` and the interactive run: during change detection;
+- `pyinfra -y INV deploy/audit.py` (cron/CI): during execution (-y skips change detection).
+During execution, when any P0 or P1 is open, it yields one local FunctionCommand that logs
+"HOST: audit failed: N open (P0 a, P1 b)" and returns False: pyinfra marks that host failed
+and goes on with every other host (a raised exception would end the whole run at the first
+failing host, leaving the hosts still waiting for a slot of pyinfra's pool unaudited), then
+exits 1. Nothing of that command runs on the node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pyinfra import host, logger, state
+from pyinfra.api import FunctionCommand, operation
+from pyinfra.api.state import StateStage
+
+from gpunode.roles.audit.checks import audit_checks
+from gpunode.roles.audit.model import Check, open_count
+from gpunode.roles.audit.report import counts, render_table, write_reports
+from gpunode.roles.audit.snapshot import gather_snapshot
+from gpunode.roles.profile.node import NodeProfile
+
+REPORTS_ATTRIBUTE = "gpunode_audit_reports"
+
+
+def _real(obj: object) -> object:
+    """The object behind a pyinfra context proxy (tests pass plain objects)."""
+    get = getattr(obj, "_get_module", None)
+    return get() if callable(get) else obj
+
+
+def _reports() -> dict[str, list[Check]]:
+    """This run's reports by host, kept on the pyinfra State (change detection and execution
+    evaluate the operation twice; the node is read once)."""
+    real = _real(state)
+    reports = getattr(real, REPORTS_ATTRIBUTE, None)
+    if reports is None:
+        reports = {}
+        setattr(real, REPORTS_ATTRIBUTE, reports)
+    return reports
+
+
+def failure_message(host_name: str, checks: list[Check]) -> str:
+    c = counts(checks)
+    return (
+        f"{host_name}: audit failed: {c['P0'] + c['P1']} open (P0 {c['P0']}, P1 {c['P1']}); "
+        "see the report above"
+    )
+
+
+def fail_host_command(message: str) -> FunctionCommand:
+    """A local command that logs message as the host's error and fails the host."""
+
+    def fail(state, host) -> bool:  # noqa: ARG001 - pyinfra passes both by name
+        host.log_styled(message, fg="red", log_func=logger.error)
+        return False
+
+    return FunctionCommand(fail, (), {})
+
+
+def report_node(
+    host_name: str, checks: list[Check], formats: Iterable[str], report_dir: str
+) -> None:
+    """Print the report and write the local files."""
+    text = render_table(host_name, checks)
+    (logger.warning if open_count(checks) else logger.info)("\n" + text)
+    for path in write_reports(host_name, checks, formats, report_dir):
+        logger.info(f"{host_name}: report written to {path}")
+
+
+@operation(is_idempotent=True)
+def audit_node(profile: NodeProfile, formats: tuple[str, ...] = (), report_dir: str = "reports"):
+    """
+    Read the live node and report it against the profile (changes nothing on the node).
+
+    + profile: the host's NodeProfile
+    + formats: report files to write locally: ("json",), ("md",), both or none
+    + report_dir: local folder for <host>.json / <host>.md
+    """
+    reports = _reports()
+    checks = reports.get(host.name)
+    if checks is None:
+        checks = audit_checks(profile, gather_snapshot(profile))
+        reports[host.name] = checks
+        report_node(host.name, checks, formats, report_dir)
+    if state.current_stage >= StateStage.Execute and open_count(checks):
+        yield fail_host_command(failure_message(host.name, checks))
+        return
+    host.noop(f"audited: {open_count(checks)} open (P0/P1)")

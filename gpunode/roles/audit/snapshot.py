@@ -1,0 +1,110 @@
+"""NodeSnapshot: everything the checks read from one live node, gathered in one place.
+
+The tuning fields (cmdline, cpu, kernel, pcie, mrrs_refused) are always read. The audit fields
+(IOMMU, PCI topology, NVIDIA report, NVLink, driver, kernels, Proxmox, containers) come from
+one more command (gpunode.roles.audit.facts.AuditFacts); a snapshot built without them (None) gets
+"not read" for the checks that need them. Every fact is read-only.
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from gpunode.roles.audit.facts import (
+    AuditExtras,
+    AuditFacts,
+    ContainerState,
+    GpuDetails,
+    IommuState,
+    NvlinkGpu,
+)
+from gpunode.roles.facts.bundle import FactRead
+from gpunode.roles.facts.cache import cached_read
+from gpunode.roles.facts.cmdline import CmdlineState, KernelCmdline
+from gpunode.roles.facts.cpu import CpuPower, CpuState
+from gpunode.roles.facts.kernel_params import KernelParams, KernelParamsState
+from gpunode.roles.facts.kernels import KernelPackages
+from gpunode.roles.facts.nvidia import NvidiaSmiReport
+from gpunode.roles.facts.pcie import PcieDevice, PcieDevices
+from gpunode.roles.facts.pcie_refusals import MaxReadReqRefusals
+from gpunode.roles.facts.proxmox import PveVersion
+from gpunode.roles.facts.sections import as_model, as_models
+from gpunode.roles.profile.node import NodeProfile
+
+
+class NodeSnapshot(BaseModel):
+    """The live values of one node (read-only facts, no side effects)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cmdline: CmdlineState
+    cpu: CpuState
+    kernel: KernelParamsState
+    pcie: list[PcieDevice]
+    mrrs_refused: dict[str, int] = {}
+
+    # Audit fields: None = not read (the tuning-only snapshot of older callers).
+    iommu: IommuState | None = None
+    pci_paths: dict[str, list[str]] | None = None
+    """{bdf: upstream bridges, root first} from sysfs; None/{} when unknown."""
+    nvidia: NvidiaSmiReport | None = None
+    gpu_details: dict[str, GpuDetails] = {}
+    nvlink: list[NvlinkGpu] | None = None
+    driver_loaded: str | None = None
+    """Version of the loaded nvidia kernel module (/proc/driver/nvidia/version)."""
+    driver_packages: dict[str, str] | None = None
+    kernels: KernelPackages | None = None
+    pve: PveVersion | None = None
+    boot_pinned: str | None = None
+    """proxmox-boot-tool's pinned kernel."""
+    containers: list[ContainerState] | None = None
+    """None where pct is missing (not Proxmox) or the audit fields were not read."""
+
+
+def with_extras(snap: NodeSnapshot, extras: AuditExtras) -> NodeSnapshot:
+    """The snapshot with the audit fields filled from an AuditFacts result."""
+    return snap.model_copy(
+        update={
+            "iommu": extras.iommu,
+            "pci_paths": extras.pci_paths,
+            "nvidia": extras.nvidia,
+            "gpu_details": extras.gpu_details,
+            "nvlink": extras.nvlink,
+            "driver_loaded": extras.driver_loaded,
+            "driver_packages": extras.driver_packages,
+            "kernels": extras.kernels,
+            "pve": extras.pve,
+            "boot_pinned": extras.boot_pinned,
+            "containers": extras.containers,
+        }
+    )
+
+
+def snapshot_reads(profile: NodeProfile) -> dict[str, FactRead]:
+    """The tuning facts of a snapshot, by field (AuditFacts apart: AUDIT_READ)."""
+    return {
+        "kernel": FactRead(KernelParams, {"sysctl_keys": sorted(profile.sysctls),
+                                          "modules": sorted(profile.modules)}),
+        "cmdline": FactRead(KernelCmdline),
+        "cpu": FactRead(CpuPower),
+        "pcie": FactRead(PcieDevices),
+        "mrrs_refused": FactRead(MaxReadReqRefusals),
+    }
+
+
+AUDIT_READ = FactRead(AuditFacts)
+
+
+def gather_snapshot(profile: NodeProfile) -> NodeSnapshot:
+    """Read the live node through the facts (the current pyinfra host): six read-only
+    commands (cmdline, CPU, kernel parameters, lspci, MaxReadReq refusals, AuditFacts), or
+    none when a prefetch (gpunode.roles.facts.cache.prefetch) already read them."""
+    live = {name: cached_read(read) for name, read in snapshot_reads(profile).items()}
+    snap = NodeSnapshot(
+        cmdline=as_model(CmdlineState, live["cmdline"]),
+        cpu=as_model(CpuState, live["cpu"]),
+        kernel=as_model(KernelParamsState, live["kernel"]),
+        pcie=as_models(PcieDevice, live["pcie"]),
+        mrrs_refused=dict(live["mrrs_refused"] or {}),
+    )
+    return with_extras(snap, as_model(AuditExtras, cached_read(AUDIT_READ)))

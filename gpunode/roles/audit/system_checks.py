@@ -1,0 +1,269 @@
+"""Host and container checks: NVIDIA driver, kernel version, Proxmox, GPU containers.
+
+Pure functions of a NodeProfile and a NodeSnapshot. Hosts without Proxmox get one
+"not present" line for the container checks; hosts without GPUs one for the driver.
+"""
+
+from __future__ import annotations
+
+import re
+
+from gpunode.roles.audit.facts import ContainerState
+from gpunode.roles.audit.gpu_checks import NOT_READ, lspci_gpus
+from gpunode.roles.audit.model import DEPLOY_FIX, Check, not_applicable, ok
+from gpunode.roles.audit.snapshot import NodeSnapshot
+from gpunode.roles.facts.cmdline import grub_cmdline_value
+from gpunode.roles.facts.dpkg import upstream_version
+from gpunode.roles.profile.node import NodeProfile
+
+CONTAINER_MEMLOCK = "unlimited"
+_GRUB_KERNEL_RE = re.compile(r"with Linux (\S+)\s*$")
+
+
+# --- NVIDIA driver ---------------------------------------------------------------------------
+
+
+def host_driver_version(snap: NodeSnapshot) -> str | None:
+    """The driver containers must match: the loaded module, else nvidia-smi's version."""
+    if snap.driver_loaded:
+        return snap.driver_loaded
+    if snap.nvidia is not None and snap.nvidia.present:
+        return snap.nvidia.driver_version
+    return None
+
+
+def check_driver(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
+    """Loaded module vs user-space library (NVML mismatch) vs the profile's pinned version."""
+    name = kind = "NVIDIA driver"
+    if snap.nvidia is None:
+        return [not_applicable(name, NOT_READ, kind=kind)]
+    devices = lspci_gpus(snap)
+    smi = snap.nvidia
+    loaded = snap.driver_loaded
+    installed = {upstream_version(v) for v in (snap.driver_packages or {}).values()
+                 if v and v[0].isdigit()}
+    if not devices and not smi.present and not loaded:
+        return [not_applicable(name, "not present: no NVIDIA GPU or driver", kind=kind)]
+    pin = profile.nvidia_driver
+    pin_fix_by_deploy = profile.nvidia_driver_change
+    if devices and not loaded:
+        drivers = sorted({d.driver or "none" for d in devices})
+        if drivers == ["vfio-pci"]:
+            return [not_applicable(name, "GPUs bound to vfio-pci (passed to VMs)", kind=kind)]
+        live = f"no nvidia module loaded (GPU kernel driver: {', '.join(drivers)})"
+        if installed:
+            return [Check(name=name, status="P0", live=live, want="nvidia loaded", kind=kind,
+                          fix="modprobe nvidia (blacklist nouveau if it holds the GPU, then "
+                          "reboot)")]
+        return [Check(name=name, status="P1", live=live, want=pin or "a driver", kind=kind,
+                      fix="install the NVIDIA driver (gpunode.nvidia_driver + "
+                      "nvidia_driver_change: true lets deploy/site.py do it), then reboot",
+                      deploy_fixes=bool(pin and pin_fix_by_deploy))]
+    if not smi.present and smi.error and "mismatch" in smi.error.lower():
+        return [Check(
+            name=name, status="P1",
+            live=f"{smi.error}; module {loaded or '?'} loaded"
+            + (f", user space {', '.join(sorted(installed))} installed" if installed else ""),
+            want="module = user space", kind=kind,
+            fix="reboot to load the installed driver's module (or stop every GPU user and "
+            "reload the nvidia modules)", pending="reboot",
+        )]
+    library = smi.driver_version if smi.present else None
+    if loaded and library and loaded != library:
+        return [Check(name=name, status="P1", live=f"module {loaded}, nvidia-smi {library}",
+                      want="module = user space", kind=kind,
+                      fix="reboot to load the installed driver's module", pending="reboot")]
+    live = f"{loaded or library or '?'}" + (" (module = user space)" if loaded and library
+                                            else "")
+    if pin:
+        if installed and installed != {pin}:
+            return [Check(
+                name=name, status="P1",
+                live=f"{live}; installed {', '.join(sorted(installed))}", want=pin, kind=kind,
+                fix=f"set nvidia_driver_change: true so deploy/site.py installs {pin}, then "
+                "reboot" if not pin_fix_by_deploy else f"{DEPLOY_FIX} (installs {pin}), reboot",
+                deploy_fixes=pin_fix_by_deploy,
+            )]
+        if loaded and loaded != pin:
+            return [Check(name=name, status="P1", live=live, want=pin, kind=kind,
+                          fix=f"reboot to load the installed {pin} module", pending="reboot")]
+        return [ok(name, live, pin, kind=kind)]
+    if not smi.present:
+        return [Check(name=name, status="P2", live=f"{live}; nvidia-smi: "
+                      f"{smi.error or 'not installed'}", want="nvidia-smi works", kind=kind,
+                      fix="install the NVIDIA user space (nvidia-smi) matching the module")]
+    return [ok(name, live, kind=kind)]
+
+
+# --- kernel ------------------------------------------------------------------------------------
+
+
+def grub_default_kernel(snap: NodeSnapshot) -> str | None:
+    """Kernel named by GRUB_DEFAULT ("...>Debian GNU/Linux, with Linux 6.1.0-31-amd64")."""
+    text = snap.cmdline.grub_default_text
+    if not text:
+        return None
+    match = _GRUB_KERNEL_RE.search(grub_cmdline_value(text, "GRUB_DEFAULT"))
+    return match.group(1) if match else None
+
+
+def check_kernel(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
+    """Running kernel vs the profile's pin, the host's pin, or the newest installed."""
+    name = kind = "kernel"
+    kernels = snap.kernels
+    if kernels is None:
+        return [not_applicable(name, NOT_READ, kind=kind)]
+    running = kernels.running or "?"
+    if not kernels.installed:
+        return [not_applicable(name, f"running {running}; no kernel package installed "
+                               "(container or custom kernel)", kind=kind)]
+    host_pin = snap.boot_pinned or grub_default_kernel(snap)
+    wanted_pin = running if profile.kernel_pin == "running" else profile.kernel_pin
+    if wanted_pin:
+        if wanted_pin not in kernels.installed:
+            return [Check(name=name, status="P1", live=f"running {running}; {wanted_pin} not "
+                          f"installed (installed: {', '.join(kernels.installed)})",
+                          want=wanted_pin, kind=kind,
+                          fix=f"install {wanted_pin} (proxmox-kernel-{wanted_pin}-signed or "
+                          "linux-image-...) or pin an installed kernel in gpunode.kernel_pin")]
+        packages = sorted(p for p, v in kernels.packages.items() if v == wanted_pin)
+        unheld = [p for p in packages if p not in kernels.held_packages]
+        if host_pin != wanted_pin or unheld:
+            live = f"running {running}; boot pin: {host_pin or 'none'}"
+            if unheld:
+                live += f"; not held: {', '.join(unheld)}"
+            if running == wanted_pin:
+                return [Check(name=name, status="P0", live=live, want=wanted_pin, kind=kind,
+                              fix=f"{DEPLOY_FIX} (pins and holds {wanted_pin})",
+                              deploy_fixes=True,
+                              note="the next boot or apt upgrade may pick another kernel")]
+            return [Check(name=name, status="P1", live=live, want=wanted_pin, kind=kind,
+                          fix=f"{DEPLOY_FIX} (pins {wanted_pin}), then reboot",
+                          deploy_fixes=True)]
+        if running != wanted_pin:
+            return [Check(name=name, status="P1", live=f"running {running}", want=wanted_pin,
+                          kind=kind, fix=f"reboot into {wanted_pin}"
+                          + (f" ({DEPLOY_FIX}: reboot: true)" if profile.reboot else ""),
+                          deploy_fixes=profile.reboot, pending="reboot")]
+        return [ok(name, f"{running} (pinned)", wanted_pin, kind=kind)]
+    if host_pin:
+        if running != host_pin:
+            return [Check(name=name, status="P1", live=f"running {running}", want=host_pin,
+                          kind=kind, fix=f"reboot into the pinned kernel {host_pin}",
+                          note="pinned on the host, not by the profile", pending="reboot")]
+        newer = kernels.newest != host_pin
+        return [ok(name, f"{running} (pinned on the host)", host_pin, kind=kind,
+                   note=f"newer installed: {kernels.newest}" if newer else "")]
+    if running != kernels.newest:
+        return [Check(name=name, status="P1", live=f"running {running}",
+                      want=f"{kernels.newest} (newest installed)", kind=kind,
+                      fix=f"reboot into {kernels.newest}, or keep {running} with "
+                      "gpunode.kernel_pin: running",
+                      note="Proxmox writes no /var/run/reboot-required", pending="reboot")]
+    return [ok(name, f"{running} (newest installed)", kernels.newest or "", kind=kind)]
+
+
+# --- Proxmox and containers ----------------------------------------------------------------
+
+
+def check_proxmox(snap: NodeSnapshot) -> list[Check]:
+    name = kind = "Proxmox VE"
+    if snap.pve is None:
+        return [not_applicable(name, NOT_READ, kind=kind)]
+    if not snap.pve.present:
+        return [not_applicable(name, "not present", kind=kind)]
+    live = f"pve-manager {snap.pve.manager_version or '?'}"
+    if snap.pve.running_kernel:
+        live += f", running kernel {snap.pve.running_kernel}"
+    return [ok(name, live, kind=kind)]
+
+
+def _memlock_value(value: str | None) -> str | None:
+    """lxc.prlimit.memlock 'unlimited' | '-1' | N | 'soft:hard' -> the soft value."""
+    if value is None:
+        return None
+    soft = value.split(":", 1)[0].strip()
+    return "unlimited" if soft in ("unlimited", "-1", "infinity") else soft
+
+
+def check_containers(snap: NodeSnapshot,
+                     memlock: dict[int, str | int] | None = None) -> list[Check]:
+    """memlock and driver match for every GPU container of this Proxmox node.
+
+    `memlock` maps vmid -> the declared memlock (ContainerSpec.memlock); others want
+    'unlimited'.
+    """
+    name = "GPU containers"
+    if snap.pve is None and snap.containers is None:
+        return [not_applicable(name, NOT_READ, kind=name)]
+    if snap.containers is None:
+        return [not_applicable(name, "not present: no Proxmox VE (pct)", kind=name)]
+    if not snap.containers:
+        return [not_applicable(name, "no container on this node", kind=name)]
+    unread = [c for c in snap.containers if not c.config_read]
+    gpu = [c for c in snap.containers if c.gpu]
+    if not gpu:
+        why = "no container has NVIDIA devices"
+        if unread:
+            why += f" ({len(unread)} configs unreadable: the audit needs root)"
+        return [not_applicable(name, why, kind=name)]
+    host_driver = host_driver_version(snap)
+    checks: list[Check] = []
+    for ct in gpu:
+        want = str((memlock or {}).get(ct.vmid, CONTAINER_MEMLOCK))
+        checks.append(_container_memlock(ct, want))
+        checks.append(_container_driver(ct, host_driver))
+    return checks
+
+
+def _ct_label(ct: ContainerState) -> str:
+    return f"CT {ct.vmid}" + (f" ({ct.name})" if ct.name else "")
+
+
+def _container_memlock(ct: ContainerState, want: str) -> Check:
+    name, kind = f"{_ct_label(ct)} memlock", "container memlock"
+    configured = _memlock_value(ct.memlock_config)
+    live_value = _memlock_value(ct.memlock_live)
+    conf = f"/etc/pve/lxc/{ct.vmid}.conf"
+    if configured != want:
+        return Check(
+            name=name, status="P1",
+            live=f"lxc.prlimit.memlock: {ct.memlock_config or 'not set'}"
+            + (f"; live {live_value}" if live_value else ""),
+            want=want, kind=kind,
+            fix=f"add 'lxc.prlimit.memlock: {want}' to {conf} (the lxc_gpu role writes it for "
+            f"declared containers), then pct reboot {ct.vmid}",
+            note="CUDA pins host memory; the limit can't be raised from inside the container",
+        )
+    if ct.status == "running" and live_value is not None and live_value != want:
+        return Check(name=name, status="P1", live=f"configured {want}; live {live_value}",
+                     want=want, kind=kind, fix=f"pct reboot {ct.vmid} (pending restart)",
+                     pending="restart")
+    live = f"{want}" + (" (live)" if live_value == want else " (config)")
+    return ok(name, live, want, kind=kind)
+
+
+def _container_driver(ct: ContainerState, host_driver: str | None) -> Check:
+    name, kind = f"{_ct_label(ct)} NVIDIA driver", "container NVIDIA driver"
+    if ct.status and ct.status != "running":
+        return not_applicable(name, f"{ct.status}: start it to compare its driver", kind=kind)
+    if not ct.exec_ran:
+        return not_applicable(name, "pct exec not run (the audit needs root on the host)",
+                              kind=kind)
+    if host_driver is None:
+        return not_applicable(name, "host driver version unknown", kind=kind)
+    fix = (f"install NVIDIA user space {host_driver} in CT {ct.vmid} (exactly the host module's "
+           "version: the .run with --no-kernel-module, or the distro packages at "
+           f"{host_driver}); not applied by deploy/site.py")
+    if ct.driver_version == host_driver:
+        return ok(name, f"{ct.driver_version} (= host)", host_driver, kind=kind)
+    if ct.driver_version:
+        return Check(name=name, status="P0", live=f"{ct.driver_version} (host {host_driver})",
+                     want=host_driver, kind=kind, fix=fix,
+                     note="a different user space fails with 'NVML: Driver/library version "
+                     "mismatch'")
+    error = ct.driver_error or "no output"
+    if "mismatch" in error.lower():
+        return Check(name=name, status="P0", live=error, want=host_driver, kind=kind, fix=fix)
+    return Check(name=name, status="P2", live=f"nvidia-smi: {error}", want=host_driver,
+                 kind=kind, fix=f"{fix} (nvidia-smi missing or failing in the container)")

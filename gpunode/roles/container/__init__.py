@@ -1,0 +1,69 @@
+"""container role: the NVIDIA userspace driver inside a Proxmox GPU container.
+
+The container is its own pyinfra host, reached with ``@pct/PROXMOX_HOST:VMID`` (commands
+through ``pct exec`` on the host, no SSH server needed in the container) or over SSH.
+
+What it changes and why:
+
+- /etc/apt/preferences.d/90-gpunode-nvidia.pref: the NVIDIA packages pinned to the host's
+  driver version (the same template as the host's nvidia_driver role), so apt's candidate
+  for every NVIDIA library, dependencies included, is that version;
+- the userspace packages at exactly that version, ``--no-install-recommends`` (no DKMS
+  kernel module: the container uses the host's module, and can't load one), then held.
+  Why apt and not NVIDIA's ``.run --no-kernel-module``: dpkg then knows what is installed,
+  so a re-run compares versions and changes nothing, apt says beforehand which versions it
+  can install (a mismatch is refused before anything is installed), and an unrelated
+  ``apt upgrade`` can't silently replace .run files with other versions;
+- nothing else: then it reads back that nvidia-smi lists the GPUs passed in, that
+  ``ulimit -l`` is unlimited and that the libraries equal the host's module, and reports
+  it like the host's verify step (``verify_container``).
+"""
+
+from __future__ import annotations
+
+from pyinfra.api import deploy
+
+from gpunode.roles.container.defaults import ContainerSettings
+from gpunode.roles.nvidia_driver import NVIDIA_PATTERNS, PREFERENCES_FILE
+from gpunode.roles.ops.apt import apt_hold
+from gpunode.roles.ops.files import template_file
+
+__all__ = ["container_driver"]
+
+
+@deploy("gpunode: NVIDIA userspace in the container")
+def container_driver(
+    host_driver_version: str,
+    settings: ContainerSettings | None = None,
+    expected_gpus: int | None = None,
+    container: str = "",
+) -> None:
+    """Install the host's exact NVIDIA userspace driver, hold it, then verify the container.
+
+    ``expected_gpus`` (else ``settings.gpus``, else the /dev/nvidiaN nodes present) is what
+    nvidia-smi must list; ``container`` names it in messages (default: the pyinfra host).
+    """
+    # Imported here: gpunode.roles.ops.lxc reads this package's facts and plan modules.
+    from gpunode.roles.ops.lxc import nvidia_userspace, verify_container
+
+    settings = settings or ContainerSettings()
+    packages = list(settings.nvidia_packages)
+    template_file(
+        "apt/90-gpunode-nvidia.pref.j2",
+        PREFERENCES_FILE,
+        version=host_driver_version,
+        patterns=NVIDIA_PATTERNS,
+    )
+    nvidia_userspace(
+        name=f"Install NVIDIA userspace {host_driver_version} (no kernel module)",
+        version=host_driver_version,
+        packages=packages,
+        container=container,
+    )
+    apt_hold(name=f"Hold NVIDIA userspace {host_driver_version}", packages=packages)
+    verify_container(
+        name="Verify the container: GPUs, memlock, driver",
+        expected_gpus=settings.gpus if expected_gpus is None else expected_gpus,
+        host_driver_version=host_driver_version,
+        packages=packages,
+    )

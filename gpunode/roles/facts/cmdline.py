@@ -1,0 +1,152 @@
+"""Kernel command line: booted (/proc/cmdline) and configured (GRUB or systemd-boot)."""
+
+from __future__ import annotations
+
+import re
+
+from pyinfra.api import FactBase
+
+from gpunode.roles.facts.sections import FactModel, section_command, split_sections
+
+GRUB_DEFAULT_FILE = "/etc/default/grub"
+KERNEL_CMDLINE_FILE = "/etc/kernel/cmdline"
+GRUB_CMDLINE_VAR = "GRUB_CMDLINE_LINUX_DEFAULT"
+_ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
+
+
+class CmdlineState(FactModel):
+    """What the kernel booted with and what the bootloader config will boot next."""
+
+
+    booted: list[str] = []
+    grub_default_text: str | None = None
+    kernel_cmdline_text: str | None = None
+    systemd_boot: bool = False
+
+    @property
+    def configured(self) -> list[str]:
+        """Tokens the next boot gets from the file gpunode edits."""
+        if self.systemd_boot:
+            return split_cmdline(self.kernel_cmdline_text or "")
+        return split_cmdline(grub_cmdline_value(self.grub_default_text or ""))
+
+
+def split_cmdline(text: str) -> list[str]:
+    """Split a kernel command line into tokens, keeping double-quoted values whole."""
+    tokens: list[str] = []
+    current = ""
+    quoted = False
+    for char in text.strip():
+        if char == '"':
+            quoted = not quoted
+        if char.isspace() and not quoted:
+            if current:
+                tokens.append(current)
+            current = ""
+        else:
+            current += char
+    if current:
+        tokens.append(current)
+    return tokens
+
+
+def token_key(token: str) -> str:
+    """The parameter name of a token ('a.b=1' -> 'a.b'; 'quiet' -> 'quiet')."""
+    return token.split("=", 1)[0]
+
+
+def format_param(key: str, value: str | None) -> str:
+    """One cmdline token from a key and an optional value."""
+    return key if value is None else f"{key}={value}"
+
+
+def merge_cmdline(tokens: list[str], wanted: dict[str, str | None]) -> list[str]:
+    """Set each wanted parameter once: replace it in place, append it if absent, keep the rest."""
+    out: list[str] = []
+    placed: set[str] = set()
+    for token in tokens:
+        key = token_key(token)
+        if key not in wanted:
+            out.append(token)
+        elif key not in placed:
+            out.append(format_param(key, wanted[key]))
+            placed.add(key)
+    out.extend(format_param(k, v) for k, v in wanted.items() if k not in placed)
+    return out
+
+
+def missing_params(tokens: list[str], wanted: dict[str, str | None]) -> dict[str, str | None]:
+    """Wanted parameters that the token list lacks or holds with another value."""
+    present = set(tokens)
+    return {k: v for k, v in wanted.items() if format_param(k, v) not in present}
+
+
+def _unquote(value: str) -> str:
+    value = value.strip()
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        return value[1:-1]
+    return value
+
+
+def grub_cmdline_value(text: str, var: str = GRUB_CMDLINE_VAR) -> str:
+    """The value of the last assignment of var in /etc/default/grub ('' when absent)."""
+    value = ""
+    for line in text.splitlines():
+        match = _ASSIGNMENT.match(line)
+        if match and match.group(1) == var:
+            value = _unquote(match.group(2))
+    return value
+
+
+def edit_grub_default(text: str, tokens: list[str], var: str = GRUB_CMDLINE_VAR) -> str:
+    """Rewrite the last assignment of var with the tokens; add one if the file has none."""
+    lines = text.splitlines(keepends=True)
+    new_line = f'{var}="{" ".join(tokens)}"\n'
+    for index in range(len(lines) - 1, -1, -1):
+        match = _ASSIGNMENT.match(lines[index])
+        if match and match.group(1) == var:
+            lines[index] = new_line
+            return "".join(lines)
+    if lines and not lines[-1].endswith("\n"):
+        lines[-1] += "\n"
+    return "".join(lines) + new_line
+
+
+def parse_cmdline_sections(text: str) -> CmdlineState:
+    """Parse the output of CMDLINE_COMMAND."""
+    sections = split_sections(text)
+    grub = sections.get("grub_default")
+    kernel = sections.get("kernel_cmdline")
+    boottool = sections.get("boottool_mode", "").strip()
+    return CmdlineState(
+        booted=split_cmdline(sections.get("proc_cmdline", "")),
+        grub_default_text=(grub + "\n") if grub is not None and sections.get("has_grub") else None,
+        kernel_cmdline_text=kernel if sections.get("has_kernel_cmdline") else None,
+        systemd_boot=boottool == "uefi",
+    )
+
+
+CMDLINE_COMMAND = "; ".join(
+    [
+        section_command("proc_cmdline", "cat /proc/cmdline"),
+        section_command("has_grub", f"test -f {GRUB_DEFAULT_FILE} && echo yes"),
+        section_command("grub_default", f"cat {GRUB_DEFAULT_FILE}"),
+        section_command("has_kernel_cmdline", f"test -f {KERNEL_CMDLINE_FILE} && echo yes"),
+        section_command("kernel_cmdline", f"cat {KERNEL_CMDLINE_FILE}"),
+        section_command(
+            "boottool_mode",
+            "command -v proxmox-boot-tool >/dev/null && proxmox-boot-tool status 2>/dev/null"
+            " | grep -q 'configured with: uefi' && echo uefi",
+        ),
+    ]
+)
+
+
+class KernelCmdline(FactBase):
+    """Booted and configured kernel command line."""
+
+    def command(self) -> str:
+        return CMDLINE_COMMAND
+
+    def process(self, output: list[str]) -> CmdlineState:
+        return parse_cmdline_sections("\n".join(output))

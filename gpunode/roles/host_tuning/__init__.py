@@ -1,0 +1,140 @@
+"""host_tuning: the runtime settings of an inference host, each with its persistence.
+
+Changes: sysctls (runtime + /etc/sysctl.d/90-gpunode.conf), kernel modules (modprobe +
+/etc/modules-load.d/gpunode.conf), PCIe MaxReadReq (masked setpci + boot unit), C-state cap and
+cpufreq governor (sysfs + boot unit; the cmdline half is in gpunode/roles/kernel), RLIMIT_MEMLOCK
+(/etc/security/limits.d + systemd DefaultLimitMEMLOCK). Why each: defaults.py.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host, logger
+from pyinfra.api import deploy
+from pyinfra.facts.files import Directory, Sha1File
+from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
+
+from gpunode.roles.audit.snapshot import snapshot_reads
+from gpunode.roles.facts.bundle import FactRead
+from gpunode.roles.facts.cache import cached_read
+from gpunode.roles.facts.dpkg import InstalledPackages
+from gpunode.roles.facts.pcie_refusals import REFUSED_DIR
+from gpunode.roles.ops import cpu, modules, pcie, sysctl
+from gpunode.roles.ops.apt import packages_present
+from gpunode.roles.ops.files import template_file
+from gpunode.roles.ops.services import unit_enabled_and_running
+from gpunode.roles.profile.node import BEST_EFFORT_SYSCTLS, NodeProfile
+
+SYSCTL_FILE = "/etc/sysctl.d/90-gpunode.conf"
+MODULES_FILE = "/etc/modules-load.d/gpunode.conf"
+LIMITS_FILE = "/etc/security/limits.d/90-gpunode-memlock.conf"
+SYSTEMD_MEMLOCK_FILE = "/etc/systemd/system.conf.d/90-gpunode-memlock.conf"
+BOOT_SCRIPT = "/usr/local/sbin/gpunode-tune"
+BOOT_UNIT = "gpunode-tune.service"
+BOOT_UNIT_FILE = f"/etc/systemd/system/{BOOT_UNIT}"
+PACKAGES = ["pciutils", "kmod", "procps"]
+OWNED_FILES = (SYSCTL_FILE, MODULES_FILE, LIMITS_FILE, SYSTEMD_MEMLOCK_FILE, BOOT_SCRIPT,
+               BOOT_UNIT_FILE)
+
+
+def memlock_values(memlock: str | int) -> tuple[str, str]:
+    """(limits.conf value in KiB, systemd value in bytes) for a memlock setting."""
+    if memlock == "unlimited":
+        return "unlimited", "infinity"
+    return str(int(memlock) // 1024), str(int(memlock))
+
+
+def boot_script_variables(profile: NodeProfile) -> dict:
+    return {
+        "max_read_request": profile.max_read_request,
+        "selector": profile.pcie_selector,
+        "setpci_argument": pcie.setpci_mrrs_argument(profile.max_read_request),
+        "refused_dir": REFUSED_DIR,
+        "max_cstate": profile.max_cstate,
+        "governor": profile.cpu_governor,
+    }
+
+
+@deploy("gpunode: sysctls")
+def tune_sysctls(profile: NodeProfile) -> None:
+    best_effort = BEST_EFFORT_SYSCTLS & set(profile.sysctls)
+    template_file(
+        "sysctl/90-gpunode.conf.j2", SYSCTL_FILE, sysctls=profile.sysctls, best_effort=best_effort
+    )
+    sysctl.sysctl_values(
+        name="Set sysctl values now", values=profile.sysctls, best_effort=frozenset(best_effort)
+    )
+
+
+@deploy("gpunode: kernel modules")
+def tune_modules(profile: NodeProfile) -> None:
+    plan = modules.module_plan_for_host(profile.modules, profile.required_modules)
+    template_file("modules-load/gpunode.conf.j2", MODULES_FILE, modules=plan.persist)
+    modules.kernel_modules(
+        name="Load kernel modules now", modules=profile.modules, required=profile.required_modules
+    )
+
+
+@deploy("gpunode: PCIe, C-states and CPU frequency")
+def tune_devices_and_cpu(profile: NodeProfile) -> None:
+    pcie.max_read_request(
+        name=f"Set PCIe MaxReadReq={profile.max_read_request} on matched devices",
+        selector=profile.pcie_selector,
+        size=profile.max_read_request,
+    )
+    if profile.max_cstate is not None:
+        cpu.cstate_cap(name=f"Cap C-states at C{profile.max_cstate}", max_cstate=profile.max_cstate)
+    if profile.cpu_governor:
+        cpu.cpu_governor(name=f"Set governor {profile.cpu_governor}", governor=profile.cpu_governor)
+    template_file("boot/gpunode-tune.sh.j2", BOOT_SCRIPT, mode="755",
+                  **boot_script_variables(profile))
+    template_file("systemd/gpunode-tune.service.j2", BOOT_UNIT_FILE,
+                  after="systemctl daemon-reload", script=BOOT_SCRIPT)
+    if booted_with_systemd():
+        unit_enabled_and_running(name=f"Enable {BOOT_UNIT} (re-applies at boot)",
+                                 unit=BOOT_UNIT)
+    else:
+        logger.warning(f"{host.name}: not booted with systemd; {BOOT_UNIT} written, not enabled")
+
+
+SYSTEMD_BOOTED_READ = FactRead(Directory, {"path": "/run/systemd/system"})
+
+
+def booted_with_systemd() -> bool:
+    """sd_booted(): /run/systemd/system exists only when systemd is PID 1."""
+    return bool(cached_read(SYSTEMD_BOOTED_READ))
+
+
+def host_tuning_reads(profile: NodeProfile) -> list[FactRead]:
+    """Every fact host_tuning reads, with the arguments its operations use (for prefetch).
+    KernelParams is read once for all sysctls and modules: it answers both operations."""
+    tuning = snapshot_reads(profile)
+    return [
+        FactRead(InstalledPackages, {"patterns": sorted(PACKAGES)}),
+        tuning["kernel"], tuning["pcie"], tuning["mrrs_refused"], tuning["cpu"],
+        SYSTEMD_BOOTED_READ,
+        FactRead(SystemdStatus, {"services": [BOOT_UNIT]}),
+        FactRead(SystemdEnabled, {"services": [BOOT_UNIT]}),
+        *(FactRead(Sha1File, {"path": path}) for path in OWNED_FILES),
+    ]
+
+
+@deploy("gpunode: memlock")
+def tune_memlock(profile: NodeProfile) -> None:
+    kib, systemd_value = memlock_values(profile.memlock)
+    template_file("limits/90-gpunode-memlock.conf.j2", LIMITS_FILE, memlock_kib=kib)
+    template_file(
+        "systemd/90-gpunode-memlock.conf.j2",
+        SYSTEMD_MEMLOCK_FILE,
+        after="systemctl daemon-reexec",
+        memlock_systemd=systemd_value,
+    )
+
+
+@deploy("gpunode: host tuning")
+def host_tuning(profile: NodeProfile) -> None:
+    """All runtime settings with their persistence; see the module docstring."""
+    packages_present(name="Install the tools gpunode reads and writes with", packages=PACKAGES)
+    tune_sysctls(profile)
+    tune_modules(profile)
+    tune_devices_and_cpu(profile)
+    tune_memlock(profile)

@@ -1,0 +1,148 @@
+"""kernel: boot parameters, kernel pin, and the reboot that makes them live.
+
+Changes: the kernel cmdline (token-level edit of /etc/default/grub or /etc/kernel/cmdline),
+the kernel pin (proxmox-boot-tool kernel pin, or GRUB_DEFAULT on plain Debian, plus an apt hold
+of the kernel package), and a reboot when the booted state lags the configured one and the
+profile allows it. Otherwise the change is reported as "pending reboot".
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+from pyinfra import host, logger
+from pyinfra.api import deploy
+from pyinfra.operations import server
+
+from gpunode.roles.facts.apt import AptHolds
+from gpunode.roles.facts.bundle import FactRead
+from gpunode.roles.facts.cache import cached_fact
+from gpunode.roles.facts.cmdline import CmdlineState, KernelCmdline, missing_params
+from gpunode.roles.facts.cpu import CpuPower, CpuState
+from gpunode.roles.facts.kernels import InstalledKernels, KernelPackages
+from gpunode.roles.facts.proxmox import ProxmoxBootInfo, ProxmoxBootTool, PveVersion, PveVersionFact
+from gpunode.roles.facts.sections import as_model
+from gpunode.roles.ops import proxmox
+from gpunode.roles.ops.apt import apt_hold
+from gpunode.roles.ops.cmdline import kernel_cmdline
+from gpunode.roles.ops.cpu import cpu_cmdline_params
+from gpunode.roles.profile.loader import ProfileError
+from gpunode.roles.profile.node import NodeProfile
+
+DEBIAN_GRUB_ENTRY = "Advanced options for Debian GNU/Linux>Debian GNU/Linux, with Linux {version}"
+
+
+class KernelPin(BaseModel):
+    """The kernel to keep and how: Proxmox's pin, or GRUB_DEFAULT; apt holds either way."""
+
+    model_config = ConfigDict(frozen=True)
+
+    version: str
+    packages: list[str]
+    proxmox: bool
+    running: str
+
+    @property
+    def grub_entry(self) -> str | None:
+        return None if self.proxmox else DEBIAN_GRUB_ENTRY.format(version=self.version)
+
+
+def plan_kernel_pin(
+    host_name: str, pin: str | None, kernels: KernelPackages, is_proxmox: bool
+) -> KernelPin | None:
+    """Resolve 'running' and check the pinned kernel is installed (else a ProfileError)."""
+    if pin is None:
+        return None
+    version = kernels.running if pin == "running" else pin
+    packages = sorted(p for p, v in kernels.packages.items() if v == version)
+    if version not in kernels.installed or not packages:
+        installed = ", ".join(kernels.installed) or "none found by dpkg"
+        raise ProfileError(
+            f"{host_name}: gpunode.kernel_pin: {version!r} is not an installed kernel "
+            f"(installed: {installed}); install it first or pin one of these"
+        )
+    return KernelPin(version=version, packages=packages, proxmox=is_proxmox,
+                     running=kernels.running)
+
+
+def kernel_pin_for_host(profile: NodeProfile) -> KernelPin | None:
+    if profile.kernel_pin is None:
+        return None
+    kernels = as_model(KernelPackages, cached_fact(InstalledKernels))
+    pve = as_model(PveVersion, cached_fact(PveVersionFact))
+    boot = as_model(ProxmoxBootInfo, cached_fact(ProxmoxBootTool))
+    return plan_kernel_pin(host.name, profile.kernel_pin, kernels,
+                           pve.present or boot.status.present)
+
+
+class BootPlan(BaseModel):
+    """Wanted boot parameters and what the booted kernel still lacks."""
+
+    model_config = ConfigDict(frozen=True)
+
+    params: dict[str, str | None]
+    pending: dict[str, str | None]
+
+
+def wanted_cmdline(profile: NodeProfile, cpu: CpuState) -> dict[str, str | None]:
+    """CPU parameters for this vendor, then the user's own (which win on a clash)."""
+    params = cpu_cmdline_params(cpu, profile.max_cstate, profile.amd_pstate)
+    params.update(profile.cmdline)
+    return params
+
+
+def boot_plan(profile: NodeProfile) -> BootPlan:
+    """Read CPU and cmdline facts and compute the boot parameters of this host."""
+    cpu = as_model(CpuState, cached_fact(CpuPower))
+    booted = as_model(CmdlineState, cached_fact(KernelCmdline)).booted
+    params = wanted_cmdline(profile, cpu)
+    return BootPlan(params=params, pending=missing_params(booted, params))
+
+
+def pending_reboot_reasons(plan: BootPlan, pin: KernelPin | None) -> list[str]:
+    """Why this host needs a reboot to reach its profile (empty when it doesn't)."""
+    reasons = []
+    if plan.pending:
+        tokens = " ".join(k if v is None else f"{k}={v}" for k, v in plan.pending.items())
+        reasons.append(f"cmdline not active yet: {tokens}")
+    if pin and pin.version != pin.running:
+        reasons.append(f"kernel {pin.version} pinned, {pin.running} running")
+    return reasons
+
+
+def kernel_reads(profile: NodeProfile) -> list[FactRead]:
+    """Every fact kernel_boot reads (for prefetch): the pin's only when a pin is set."""
+    reads = [FactRead(CpuPower), FactRead(KernelCmdline)]
+    if profile.kernel_pin is not None:
+        reads += [FactRead(InstalledKernels), FactRead(PveVersionFact),
+                  FactRead(ProxmoxBootTool), FactRead(AptHolds)]
+    return reads
+
+
+@deploy("gpunode: kernel cmdline and reboot")
+def kernel_boot(profile: NodeProfile) -> None:
+    """Persist boot parameters; reboot if they are not live and the profile allows it."""
+    plan = boot_plan(profile)
+    pin = kernel_pin_for_host(profile)
+    if pin:
+        apt_hold(name=f"Hold kernel {pin.version} packages", packages=pin.packages)
+        if pin.proxmox:
+            proxmox.kernel_pin(name=f"Pin kernel {pin.version}", version=pin.version)
+    grub_entry = pin.grub_entry if pin else None
+    if plan.params or grub_entry:
+        kernel_cmdline(
+            name="Persist kernel cmdline" + (" and default kernel" if grub_entry else ""),
+            params=plan.params,
+            bootloader=profile.bootloader,
+            grub_default_entry=grub_entry,
+        )
+    reasons = pending_reboot_reasons(plan, pin)
+    if reasons and profile.reboot:
+        server.reboot(
+            name=f"Reboot to apply: {'; '.join(reasons)}",
+            delay=5,
+            interval=3,
+            reboot_timeout=profile.reboot_timeout,
+        )
+    elif reasons:
+        logger.warning(f"{host.name}: pending reboot ({'; '.join(reasons)}); "
+                       "set reboot: true in the profile to let gpunode reboot")

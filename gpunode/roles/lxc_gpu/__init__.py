@@ -1,0 +1,78 @@
+"""lxc_gpu role: Proxmox LXC containers with NVIDIA GPUs, on the Proxmox host.
+
+What it changes and why:
+
+- creates a declared container with ``pct create`` when it doesn't exist, else
+  converges its options with ``pct set`` (``gpunode.roles.profile.container``);
+- gives it the GPUs through raw ``lxc.*`` lines in /etc/pve/lxc/VMID.conf, computed
+  from the host's /proc/devices and /dev/nvidia* (``passthrough``): Proxmox's API
+  can't set raw lxc keys, so the file is edited, keeping every line it doesn't own,
+  the description comments and the [snapshot]/[pve:pending] sections (``pve_config``);
+- restarts a running container to apply such changes only when the spec allows it,
+  otherwise reports "pending restart" (``plan``); "pending" is read from the live node
+  (/var/lib/lxc/VMID/config, written by ``pct start``), so it holds until the restart.
+
+Entry point: ``lxc_gpu(specs)`` (``@deploy``), after ``validate.validate_container_hosts``
+checked every host's declared containers (host data ``gpunode_containers``) against its
+facts; deploy/containers.py does both. The operations are in ``gpunode.roles.ops.lxc``; the knobs
+and their defaults in ``defaults``.
+
+The ``@pct/HOST:VMID`` connector (``connector``) then runs operations inside the
+container through ``pct exec`` (the ``container`` role).
+"""
+
+from __future__ import annotations
+
+from pyinfra.api import deploy
+
+from gpunode.roles.facts.cache import cached_fact
+from gpunode.roles.facts.sections import fact_data
+from gpunode.roles.lxc_gpu.facts import NvidiaDevices
+from gpunode.roles.lxc_gpu.passthrough import DeviceNode
+from gpunode.roles.lxc_gpu.plan import desired_lxc_lines, lxc_line
+from gpunode.roles.profile.container import ContainerSpec
+
+__all__ = ["lxc_gpu"]
+
+
+def _host_devices() -> tuple[dict[str, int], list[DeviceNode]]:
+    fact = cached_fact(NvidiaDevices)
+    fact = fact_data(fact)
+    majors = {str(k): int(v) for k, v in dict(fact["majors"]).items()}
+    return majors, [DeviceNode(**dict(d)) for d in fact["devices"]]
+
+
+@deploy("gpunode: GPU containers")
+def lxc_gpu(containers: list[ContainerSpec]) -> None:
+    """Create or converge each container, in declaration order (see the module docstring).
+
+    Validate the specs first (``gpunode.roles.lxc_gpu.validate``): this function trusts them.
+    """
+    # Imported here: gpunode.roles.ops.lxc imports this package's modules.
+    from gpunode.roles.ops.lxc import (
+        container_config_lines,
+        container_created,
+        container_options,
+        container_restarted,
+    )
+
+    if not containers:
+        return
+    majors, devices = _host_devices()
+    for spec in containers:
+        label = f"container {spec.vmid} ({spec.hostname})"
+        lines = [lxc_line(k, v) for k, v in desired_lxc_lines(spec, majors, devices)]
+        container_created(name=f"Create {label}", spec=spec)
+        container_config_lines(
+            name=f"GPU lines of {label} in /etc/pve/lxc/{spec.vmid}.conf",
+            vmid=spec.vmid,
+            lines=lines,
+            nvidia_majors=majors,
+            extra_lines=list(spec.extra_lxc),
+        )
+        container_options(name=f"Options of {label}", spec=spec)
+        container_restarted(
+            name=f"Restart {label} if it runs an older config"
+            + ("" if spec.restart_allowed else " (not allowed: report only)"),
+            spec=spec,
+        )

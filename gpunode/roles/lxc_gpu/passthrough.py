@@ -1,0 +1,345 @@
+"""NVIDIA GPU passthrough lines for a Proxmox LXC container, computed from host facts.
+
+Nothing here is hard-coded to one machine: the character-device majors come from
+the host's ``/proc/devices`` and the device nodes from a ``stat`` listing of
+``/dev/nvidia*``. What the facts say, and why it matters:
+
+- ``/dev/nvidiaN`` and ``/dev/nvidiactl`` use major 195 (a compile-time constant of
+  the driver). Drivers before 550.40 name it ``nvidia-frontend`` in /proc/devices,
+  550.40 and later ``nvidia`` and ``nvidiactl`` (NVIDIA/nvidia-container-toolkit#324).
+- ``nvidia-uvm`` (CUDA's unified memory device) gets a *dynamic* major
+  (``alloc_chrdev_region``): 234, 239, 508, 510, 511 are all seen in the wild, and
+  it can change with a driver update or module load order. /dev/nvidia-uvm exists
+  only once the module is loaded (load nvidia-uvm at boot or run nvidia-modprobe).
+- ``nvidia-caps`` (MIG capability nodes under /dev/nvidia-caps/) has a dynamic
+  major too, and is not ``nvidia-caps-imex-channels``: match the name exactly
+  (kubernetes-sigs/dra-driver-nvidia-gpu#304).
+
+The GPU index used by gpunode is the device minor, i.e. N in /dev/nvidiaN. It is
+not always the nvidia-smi index (PCI order); see the "Device Minor" line in
+/proc/driver/nvidia/gpus/*/information.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from gpunode.roles.lxc_gpu.pve_config import ConfigLine
+
+__all__ = [
+    "DEVICE_FACT_SEPARATOR",
+    "NVIDIA_DEVICES_COMMAND",
+    "DeviceNode",
+    "NvidiaMajors",
+    "PassthroughError",
+    "gpu_indices_on_host",
+    "gpu_passthrough_lines",
+    "gpunode_owns",
+    "nvidia_majors",
+    "parse_nvidia_dev_listing",
+    "parse_nvidia_device_fact",
+    "parse_proc_devices",
+]
+
+NVIDIA_FRONTEND_MAJOR = 195
+NVIDIACTL_MINOR = 255
+
+DEVICE_FACT_SEPARATOR = "--- gpunode: /dev/nvidia ---"
+
+#: One command, one round trip: the char-device majors and the NVIDIA device nodes.
+#: ``stat`` prints the type, the major and minor in hex (%t/%T work on every
+#: coreutils, the decimal %Hr/%Lr only on 9.1+), and the path last. A glob that
+#: matches nothing only prints to stderr, and the command still exits 0.
+NVIDIA_DEVICES_COMMAND = (
+    "cat /proc/devices; "
+    f"echo '{DEVICE_FACT_SEPARATOR}'; "
+    "stat -c '%F|%t|%T|%n' /dev/nvidia* /dev/nvidia-caps/* 2>/dev/null || true"
+)
+
+
+class PassthroughError(ValueError):
+    """The host's facts don't allow the requested passthrough; says what to do."""
+
+
+@dataclass(frozen=True, order=True)
+class DeviceNode:
+    """A node under /dev: ``kind`` is ``char`` or ``dir`` (major/minor 0 for dirs)."""
+
+    path: str
+    kind: str
+    major: int = 0
+    minor: int = 0
+
+
+@dataclass(frozen=True)
+class NvidiaMajors:
+    frontend: int
+    uvm: int | None
+    caps: int | None
+
+
+# --- parsing -----------------------------------------------------------------
+
+_PROC_DEVICE_RE = re.compile(r"^\s*(\d+)\s+(\S.*?)\s*$")
+
+
+def parse_proc_devices(text: str) -> dict[str, int]:
+    """Character-device majors by name from ``/proc/devices``.
+
+    Only the ``Character devices:`` part counts. Output without the headers (for
+    example ``grep nvidia /proc/devices``) is read as character devices. A name
+    listed twice (``infiniband_mad`` on some hosts) keeps its first major.
+    """
+    has_header = "Character devices:" in text
+    in_char = not has_header
+    majors: dict[str, int] = {}
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped == "Character devices:":
+            in_char = True
+            continue
+        if stripped == "Block devices:":
+            in_char = False
+            continue
+        if not in_char:
+            continue
+        match = _PROC_DEVICE_RE.match(line)
+        if match:
+            majors.setdefault(match.group(2), int(match.group(1)))
+    return majors
+
+
+_STAT_RE = re.compile(
+    r"^(?P<type>[a-z ]+)\|(?P<major>[0-9a-fA-F]+)\|(?P<minor>[0-9a-fA-F]+)\|(?P<path>/.+)$"
+)
+_LS_RE = re.compile(
+    r"^(?P<type>[cd])[-rwxsStT]{9}[.+@]?\s+\d+\s+\S+\s+\S+\s+"
+    r"(?:(?P<major>\d+),\s*(?P<minor>\d+)|\d+)\s+"
+    r"\S+\s+\S+\s+\S+\s+(?P<name>.+)$"
+)
+
+
+def parse_nvidia_dev_listing(text: str, base_dir: str = "/dev") -> list[DeviceNode]:
+    """NVIDIA device nodes from a listing, sorted by path.
+
+    Reads the ``stat -c '%F|%t|%T|%n'`` lines of :data:`NVIDIA_DEVICES_COMMAND`
+    (hex major/minor) and also ``ls -l`` output (decimal ``MAJOR, MINOR``, as
+    people paste it in bug reports): relative names are taken relative to the
+    last ``DIR:`` header, else ``base_dir``; ``.``/``..`` and ``total`` are skipped.
+    Non-NVIDIA nodes (``/dev/nvram``) are dropped.
+    """
+    nodes: dict[str, DeviceNode] = {}
+    current_dir = base_dir.rstrip("/") or "/"
+    for line in text.splitlines():
+        line = line.rstrip()
+        if not line or line.startswith("total "):
+            continue
+        stat = _STAT_RE.match(line)
+        if stat:
+            kind = {"character special file": "char", "directory": "dir"}.get(stat["type"])
+            if kind is None:
+                continue
+            major, minor = (int(stat["major"], 16), int(stat["minor"], 16))
+            path = stat["path"]
+            node = DeviceNode(path, kind, *((major, minor) if kind == "char" else (0, 0)))
+        else:
+            if line.endswith(":") and " " not in line:
+                current_dir = line[:-1].rstrip("/") or "/"
+                continue
+            ls = _LS_RE.match(line)
+            if not ls:
+                continue
+            name = ls["name"]
+            if name in (".", ".."):
+                continue
+            path = name if name.startswith("/") else f"{current_dir}/{name}"
+            if ls["type"] == "c" and ls["major"] is not None:
+                node = DeviceNode(path, "char", int(ls["major"]), int(ls["minor"]))
+            elif ls["type"] == "d":
+                node = DeviceNode(path, "dir")
+            else:
+                continue
+        if node.path.startswith("/dev/nvidia"):
+            nodes[node.path] = node
+    return sorted(nodes.values())
+
+
+def parse_nvidia_device_fact(text: str) -> tuple[dict[str, int], list[DeviceNode]]:
+    """Split the output of :data:`NVIDIA_DEVICES_COMMAND` into (majors, nodes)."""
+    head, sep, tail = text.partition(DEVICE_FACT_SEPARATOR)
+    if not sep:
+        return parse_proc_devices(text), []
+    return parse_proc_devices(head), parse_nvidia_dev_listing(tail)
+
+
+# --- computing ---------------------------------------------------------------
+
+
+def nvidia_majors(majors: dict[str, int]) -> NvidiaMajors:
+    """The NVIDIA majors from parsed /proc/devices; raises when the driver is absent."""
+    frontend = next(
+        (majors[n] for n in ("nvidia-frontend", "nvidia", "nvidiactl") if n in majors), None
+    )
+    if frontend is None:
+        raise PassthroughError(
+            "the NVIDIA driver is not loaded on the Proxmox host: /proc/devices lists no "
+            "'nvidia-frontend' or 'nvidia' character device. Install the host driver and "
+            "load it (modprobe nvidia), then run again."
+        )
+    return NvidiaMajors(frontend, majors.get("nvidia-uvm"), majors.get("nvidia-caps"))
+
+
+_GPU_NODE_RE = re.compile(r"^/dev/nvidia(\d+)$")
+
+
+def gpu_indices_on_host(devices: Iterable[DeviceNode]) -> list[int]:
+    """N for every /dev/nvidiaN character device, sorted."""
+    found = []
+    for node in devices:
+        match = _GPU_NODE_RE.match(node.path)
+        if match and node.kind == "char":
+            found.append(int(match.group(1)))
+    return sorted(found)
+
+
+def _mount(path: str, create: str = "file") -> tuple[str, str]:
+    return ("lxc.mount.entry", f"{path} {path.lstrip('/')} none bind,optional,create={create}")
+
+
+def _allow(major: int, minor: int | str = "*") -> tuple[str, str]:
+    return ("lxc.cgroup2.devices.allow", f"c {major}:{minor} rwm")
+
+
+def gpu_passthrough_lines(
+    devices: Sequence[DeviceNode],
+    majors: dict[str, int],
+    gpu_indices: list[int] | None,
+    memlock: str | int | None = "unlimited",
+) -> list[tuple[str, str]]:
+    """The raw lxc.* lines that give a container the selected GPUs.
+
+    ``gpu_indices`` None means every /dev/nvidiaN on the host. Lines, in order:
+
+    - ``lxc.cgroup2.devices.allow``: ``c 195:* rwm`` when the container gets every
+      GPU; for a subset, one ``c 195:N rwm`` per GPU plus ``c 195:255 rwm``
+      (nvidiactl), as nvidia-container-toolkit does, so a privileged container
+      can't mknod its way to the other GPUs. Then ``c UVM:* rwm`` and, when the
+      driver has MIG capability nodes, ``c CAPS:* rwm``.
+    - ``lxc.mount.entry`` for each selected /dev/nvidiaN, then /dev/nvidiactl,
+      /dev/nvidia-uvm, /dev/nvidia-uvm-tools (``create=file``) and /dev/nvidia-caps
+      (``create=dir``). These four are always listed; ``optional`` lets the
+      container start while a node is still missing on the host.
+    - ``lxc.prlimit.memlock`` (``unlimited`` or a byte count) unless ``memlock`` is None:
+      pinned memory for CUDA can't be raised from inside the container.
+    """
+    nv = nvidia_majors(majors)
+    if nv.uvm is None:
+        raise PassthroughError(
+            "the nvidia-uvm module is not loaded on the Proxmox host, so its device major "
+            "(dynamic, read from /proc/devices) is unknown and CUDA would fail in the "
+            "container. Load it now and at every boot: `modprobe nvidia-uvm` plus "
+            "'nvidia-uvm' in /etc/modules-load.d/, or run `nvidia-modprobe -u -c=0`."
+        )
+    on_host = gpu_indices_on_host(devices)
+    if not on_host:
+        raise PassthroughError(
+            "no /dev/nvidiaN device node exists on the Proxmox host (the driver creates "
+            "them on first use): run `nvidia-smi` or `nvidia-modprobe -c=0` once, then "
+            "run again."
+        )
+    if gpu_indices is None:
+        selected = on_host
+    else:
+        missing = sorted(set(gpu_indices) - set(on_host))
+        if missing:
+            raise PassthroughError(
+                f"GPU index {missing[0]} requested but /dev/nvidia{missing[0]} does not exist "
+                f"on the host; it has {', '.join(f'/dev/nvidia{i}' for i in on_host)}. "
+                f"Use indices from {on_host} or 'all'."
+            )
+        selected = sorted(set(gpu_indices))
+
+    lines: list[tuple[str, str]] = []
+    if selected == on_host:
+        lines.append(_allow(nv.frontend))
+    else:
+        lines.extend(_allow(nv.frontend, i) for i in selected)
+        lines.append(_allow(nv.frontend, NVIDIACTL_MINOR))
+    lines.append(_allow(nv.uvm))
+    if nv.caps is not None:
+        lines.append(_allow(nv.caps))
+    lines.extend(_mount(f"/dev/nvidia{i}") for i in selected)
+    lines.append(_mount("/dev/nvidiactl"))
+    lines.append(_mount("/dev/nvidia-uvm"))
+    lines.append(_mount("/dev/nvidia-uvm-tools"))
+    lines.append(_mount("/dev/nvidia-caps", create="dir"))
+    if memlock is not None:
+        lines.append(("lxc.prlimit.memlock", str(memlock)))
+    return lines
+
+
+# --- ownership ---------------------------------------------------------------
+
+_ALLOW_RE = re.compile(r"^c (\d+):(\*|\d+) rwm$")
+
+
+def gpunode_owns(majors: dict[str, int]) -> Callable[[int, Sequence[ConfigLine]], bool]:
+    """The ownership rule for ``pve_config.with_raw_lxc_lines``.
+
+    Proxmox rewrites the whole file on any ``pct set`` and moves every ``#`` line
+    into the description at the top, so ownership is read from the lines
+    themselves. gpunode owns, in the main section:
+
+    - ``lxc.mount.entry`` whose source is under ``/dev/nvidia``;
+    - ``lxc.prlimit.memlock``;
+    - ``lxc.cgroup2.devices.allow: c M:x rwm`` where M is an NVIDIA major on this
+      host (any /proc/devices name starting with ``nvidia``);
+    - such an allow line for a major no driver registers any more (a stale
+      nvidia-uvm major from an earlier boot or driver), but only when it sits next
+      to another owned line, i.e. inside the block gpunode wrote.
+
+    Everything else (the user's /dev/dri, Coral or serial lines, idmaps) is kept.
+    """
+    nvidia = {major for name, major in majors.items() if name.startswith("nvidia")}
+    registered = set(majors.values())
+
+    def allow_major(line: ConfigLine) -> int | None:
+        if line.key != "lxc.cgroup2.devices.allow":
+            return None
+        match = _ALLOW_RE.match(line.value or "")
+        return int(match.group(1)) if match else None
+
+    def plainly_owned(line: ConfigLine) -> bool:
+        if not line.is_lxc:
+            return False
+        if line.key == "lxc.mount.entry":
+            return (line.value or "").split(" ", 1)[0].startswith("/dev/nvidia")
+        if line.key == "lxc.prlimit.memlock":
+            return True
+        major = allow_major(line)
+        return major is not None and major in nvidia
+
+    def owns(index: int, lines: Sequence[ConfigLine]) -> bool:
+        line = lines[index]
+        if plainly_owned(line):
+            return True
+        major = allow_major(line)
+        if major is None or major in registered:
+            return False
+        # Walk over neighbouring stale allow lines to the nearest other line.
+        for step in (-1, 1):
+            j = index + step
+            while 0 <= j < len(lines):
+                other = lines[j]
+                other_major = allow_major(other)
+                if other_major is not None and other_major not in registered:
+                    j += step
+                    continue
+                if plainly_owned(other):
+                    return True
+                break
+        return False
+
+    return owns

@@ -1,0 +1,202 @@
+"""Check every Proxmox host's declared containers against its facts, before any change.
+
+``validate_container_hosts(hosts)`` reads, on each host that declares containers
+(host data ``gpunode_containers``): the guests of the cluster (``PveGuests``, None where
+there is no ``pct``), the NVIDIA device nodes and majors, the loaded driver version and the
+configs of declared containers that exist. ``check_host_containers`` (pure) then reports
+every problem of every host at once: a vmid used by another guest, a GPU index the host
+lacks, an unknown key, passthrough the host can't do (nvidia-uvm not loaded), a declared
+driver the host doesn't run, a change Proxmox can't make (unprivileged, a smaller disk).
+A host without Proxmox that declares containers is an error naming it; a host that
+declares none is not read at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pyinfra.api.exceptions import PyinfraError
+
+from gpunode.roles.facts.nvidia import NvidiaDriverVersion
+from gpunode.roles.facts.sections import fact_data
+from gpunode.roles.lxc_gpu import pve_config
+from gpunode.roles.lxc_gpu.facts import (
+    NvidiaDevices,
+    PveGuest,
+    PveGuests,
+    PveLxcConfigText,
+    existing_guest_names,
+)
+from gpunode.roles.lxc_gpu.passthrough import DeviceNode, PassthroughError, gpu_indices_on_host
+from gpunode.roles.lxc_gpu.plan import desired_lxc_lines
+from gpunode.roles.profile.container import (
+    ContainerSpec,
+    ContainerSpecError,
+    SpecProblem,
+    immutable_mismatches,
+    validate_containers,
+)
+
+__all__ = [
+    "CONTAINERS_DATA_KEY",
+    "ContainerDeployError",
+    "HostFacts",
+    "check_host_containers",
+    "declared_containers",
+    "read_host_facts",
+    "validate_container_hosts",
+]
+
+CONTAINERS_DATA_KEY = "gpunode_containers"
+
+
+class ContainerDeployError(PyinfraError, ValueError):
+    """Declared containers that can't be applied; one line per problem, naming the host."""
+
+
+@dataclass
+class HostFacts:
+    """What validation needs from one Proxmox host."""
+
+    node: str | None
+    """This node's name; None: not a Proxmox VE host (no ``pct``)."""
+    guests: dict[int, PveGuest] = field(default_factory=dict)
+    majors: dict[str, int] = field(default_factory=dict)
+    devices: list[DeviceNode] = field(default_factory=list)
+    driver: str | None = None
+    configs: dict[int, str | None] = field(default_factory=dict)
+    """/etc/pve/lxc/VMID.conf of the declared containers that exist on this node."""
+
+
+def declared_containers(data: Any) -> Any:
+    """The raw ``gpunode_containers`` value of a host's data (None when absent)."""
+    getter = getattr(data, "get", None)
+    return getter(CONTAINERS_DATA_KEY) if getter else None
+
+
+
+def read_host_facts(host: Any, raw: Any) -> HostFacts:
+    """Read the facts of one host that declares containers (a few small commands)."""
+    guests_fact = fact_data(host.get_fact(PveGuests))
+    if guests_fact is None:
+        return HostFacts(node=None)
+    guests = {
+        int(vmid): PveGuest(**dict(g)) for vmid, g in dict(guests_fact["guests"]).items()
+    }
+    devices_fact = fact_data(host.get_fact(NvidiaDevices))
+    facts = HostFacts(
+        node=str(guests_fact["node"]),
+        guests=guests,
+        majors={str(k): int(v) for k, v in dict(devices_fact["majors"]).items()},
+        devices=[DeviceNode(**dict(d)) for d in devices_fact["devices"]],
+        driver=host.get_fact(NvidiaDriverVersion),
+    )
+    for item in raw if isinstance(raw, list) else []:
+        vmid = item.get("vmid") if isinstance(item, Mapping) else None
+        guest = guests.get(vmid) if isinstance(vmid, int) else None
+        if guest is not None and guest.kind == "ct" and guest.node == facts.node:
+            facts.configs[vmid] = host.get_fact(PveLxcConfigText, vmid=vmid)
+    return facts
+
+
+def check_host_containers(host_name: str, raw: Any, facts: HostFacts) -> list[ContainerSpec]:
+    """Validate one host's declared containers against its facts (pure).
+
+    Raises ``ContainerSpecError`` listing every problem; returns the specs otherwise
+    ([] when none are declared, whatever the host is).
+    """
+    if raw is None or raw == []:
+        return []
+    if facts.node is None:
+        vmids = [i.get("vmid") for i in raw if isinstance(i, Mapping)] if isinstance(
+            raw, list
+        ) else raw
+        raise ContainerSpecError(
+            host_name,
+            [
+                SpecProblem(
+                    field=f"{CONTAINERS_DATA_KEY} (vmids)",
+                    value=vmids,
+                    problem=f"{host_name} is not a Proxmox VE host (no `pct` command)",
+                    fix=f"declare containers on the Proxmox host that runs them, or remove "
+                    f"{CONTAINERS_DATA_KEY} from {host_name}'s data",
+                )
+            ],
+        )
+    existing = existing_guest_names(facts.node, facts.guests)
+    gpu_count = len(gpu_indices_on_host(facts.devices))
+    specs = validate_containers(host_name, raw, existing, gpu_count)
+    problems: list[SpecProblem] = []
+    for i, spec in enumerate(specs):
+        prefix = f"containers[{i}]"
+        try:
+            desired_lxc_lines(spec, facts.majors, facts.devices)
+        except PassthroughError as exc:
+            problems.append(
+                SpecProblem(
+                    field=f"{prefix}.gpus",
+                    value=spec.gpus,
+                    problem="GPU passthrough is not possible on this host now",
+                    fix=str(exc),
+                )
+            )
+        if spec.nvidia_driver and spec.nvidia_driver != facts.driver:
+            problems.append(
+                SpecProblem(
+                    field=f"{prefix}.nvidia_driver",
+                    value=spec.nvidia_driver,
+                    problem=f"the host runs {facts.driver or 'no NVIDIA driver'}; the "
+                    "container's libraries must equal the host's module exactly",
+                    fix=f"set it to {facts.driver!r} or leave it unset"
+                    if facts.driver
+                    else "load the host's NVIDIA driver first",
+                )
+            )
+        text = facts.configs.get(spec.vmid)
+        if text is not None:
+            current = pve_config.main_options(pve_config.parse_pve_lxc_config(text))
+            if current.get("lock"):
+                problems.append(
+                    SpecProblem(
+                        field=f"{prefix}.vmid",
+                        value=spec.vmid,
+                        problem=f"the container is locked ({current['lock']}): Proxmox is "
+                        "working on it",
+                        fix="run again when that has finished",
+                    )
+                )
+            for message in immutable_mismatches(spec, current):
+                problems.append(
+                    SpecProblem(
+                        field=prefix,
+                        value=spec.vmid,
+                        problem=message,
+                        fix="change the spec to what the container has",
+                    )
+                )
+    if problems:
+        raise ContainerSpecError(host_name, problems)
+    return specs
+
+
+def validate_container_hosts(hosts: Iterable[Any]) -> dict[str, list[ContainerSpec]]:
+    """Specs of every host that declares containers; one ContainerDeployError lists all
+    problems of all hosts. Hosts without ``gpunode_containers`` are not read."""
+    specs: dict[str, list[ContainerSpec]] = {}
+    errors: list[str] = []
+    for host in hosts:
+        raw = declared_containers(host.data)
+        if raw is None or raw == []:
+            continue
+        try:
+            specs[host.name] = check_host_containers(host.name, raw, read_host_facts(host, raw))
+        except ContainerSpecError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise ContainerDeployError(
+            "gpunode: declared containers can't be applied (nothing was changed):\n"
+            + "\n".join(errors)
+        )
+    return specs

@@ -1,0 +1,362 @@
+"""Proxmox LXC operations: create a GPU container, converge its options and raw lxc.* lines,
+restart it only when allowed; inside the container, install the NVIDIA userspace driver at
+the host's exact version and read back what the container sees.
+
+On the Proxmox host (facts from gpunode.roles.lxc_gpu.facts):
+
+- ``container_created(spec)``: ``pct create`` (stopped), the GPU lines appended to the fresh
+  config (a new file has no [snapshot] or [pve:pending] section yet), ``pct start``;
+- ``container_config_lines(vmid, lines, nvidia_majors, extra_lines)``: /etc/pve/lxc/VMID.conf
+  with gpunode's lxc.* block converged, main section only, written atomically under
+  Proxmox's own config lock with the old file kept under /var/backups/gpunode/pve-lxc/;
+- ``container_options(spec)``: ``pct set`` of the options that differ, ``pct resize`` to grow;
+- ``container_restarted(spec)``: ``pct reboot`` when the running container does not run its
+  declared config and ``spec.restart_allowed``, else a "pending restart" report.
+
+Inside the container (reached with ``@pct`` or SSH):
+
+- ``nvidia_userspace(version, packages, container)``: apt pin + ``apt-get install
+  PKG=VERSION-*`` without recommends (no kernel module), or a refusal naming what apt offers;
+- ``verify_container(expected_gpus, host_driver_version)``: nvidia-smi -L count, ``ulimit -l``,
+  the driver libraries against the host's module; reports, changes nothing.
+
+Each one reads its facts when it runs (``cached_fact``: once per host until an operation
+changes it) and yields only what is needed; converged, it yields nothing and says why
+(``host.noop``).
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Sequence
+from io import StringIO
+from typing import Any
+
+from pyinfra import host, logger, state
+from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
+
+from gpunode.roles.audit.verify import summary_lines
+from gpunode.roles.container.defaults import DEFAULT_PACKAGES
+from gpunode.roles.container.facts import AptVersions, ContainerGpuState
+from gpunode.roles.container.plan import container_checks, install_command, userspace_plan
+from gpunode.roles.facts.cache import cached_fact
+from gpunode.roles.facts.dpkg import InstalledPackages
+from gpunode.roles.facts.sections import fact_data
+from gpunode.roles.lxc_gpu import pve_config
+from gpunode.roles.lxc_gpu.facts import LxcStartedConfig, NvidiaDevices, PctList, PveLxcConfigText
+from gpunode.roles.lxc_gpu.passthrough import DeviceNode, gpunode_owns
+from gpunode.roles.lxc_gpu.plan import desired_lxc_lines, lxc_line, parse_lxc_line, restart_reasons
+from gpunode.roles.ops.files import sha1_text
+from gpunode.roles.profile.container import (
+    ContainerSpec,
+    immutable_mismatches,
+    parse_extra_lxc_line,
+    pct_create_args,
+    pct_resize_args,
+    pct_set_args,
+)
+
+PVE_LXC_DIR = "/etc/pve/lxc"
+BACKUP_DIR = "/var/backups/gpunode/pve-lxc"
+#: Proxmox's own per-container config lock (PVE::LXC::Config->config_file_lock, an flock).
+LOCK_DIR = "/run/lock/lxc"
+
+
+
+def _spec(spec: ContainerSpec | dict) -> ContainerSpec:
+    return spec if isinstance(spec, ContainerSpec) else ContainerSpec.model_validate(spec)
+
+
+def _host_devices() -> tuple[dict[str, int], list[DeviceNode]]:
+    fact = fact_data(cached_fact(NvidiaDevices))
+    majors = {str(k): int(v) for k, v in dict(fact["majors"]).items()}
+    devices = [DeviceNode(**dict(d)) for d in fact["devices"]]
+    return majors, devices
+
+
+def _listed(vmid: int) -> dict | None:
+    """This node's `pct list` row for vmid, or None."""
+    containers = fact_data(cached_fact(PctList)) or {}
+    row = containers.get(vmid, containers.get(str(vmid)))
+    return dict(row) if row is not None else None
+
+
+def config_path(vmid: int) -> str:
+    return f"{PVE_LXC_DIR}/{int(vmid)}.conf"
+
+
+def _executing() -> bool:
+    return bool(getattr(state, "is_executing", False))
+
+
+# --- on the Proxmox host ---------------------------------------------------------------------
+
+
+def append_lines_command(vmid: int, lines: Sequence[str]) -> StringCommand:
+    """Append lines to a config pct create just wrote (fails if the file is missing)."""
+    path = shlex.quote(config_path(vmid))
+    quoted = " ".join(shlex.quote(line) for line in lines)
+    return StringCommand(f"test -f {path} && printf '%s\\n' {quoted} >> {path}")
+
+
+@operation()
+def container_created(spec: ContainerSpec):
+    """
+    Create the container when this node has no container with its vmid.
+
+    + spec: the ContainerSpec (or a mapping of its fields)
+
+    ``pct create`` leaves it stopped; the GPU passthrough and extra lxc.* lines go into the
+    fresh config before ``pct start``, so its first start already has the GPUs.
+    """
+    spec = _spec(spec)
+    row = _listed(spec.vmid)
+    if row is not None:
+        if row.get("name") != spec.hostname:
+            raise OperationError(
+                f"container {spec.vmid} exists as {row.get('name')!r}, the spec says "
+                f"{spec.hostname!r}: pick a free vmid or fix the hostname"
+            )
+        host.noop(f"container {spec.vmid} ({spec.hostname}) exists")
+        return
+    majors, devices = _host_devices()
+    lines = [lxc_line(k, v) for k, v in desired_lxc_lines(spec, majors, devices)]
+    lines += [lxc_line(k, v) for k, v in spec.extra_lxc_entries]
+    yield StringCommand(shlex.join(pct_create_args(spec)))
+    yield append_lines_command(spec.vmid, lines)
+    yield StringCommand("pct", "start", str(spec.vmid))
+
+
+def guarded_write_commands(vmid: int, old_text: str, new_text: str) -> list[Any]:
+    """Write /etc/pve/lxc/VMID.conf atomically, only if it still holds old_text.
+
+    The new text goes to a temporary file beside the config (on pmxcfs a rename is
+    atomic, as Proxmox's own writes rely on), then, under Proxmox's config lock, the
+    file is compared with what was read, copied to BACKUP_DIR and replaced. No
+    chown/chmod: pmxcfs owns the modes (root:www-data 0640).
+    """
+    dest = config_path(vmid)
+    temp = f"{dest}.tmp.gpunode"
+    lock = f"{LOCK_DIR}/pve-config-{int(vmid)}.lock"
+    backup = f"{BACKUP_DIR}/{int(vmid)}.conf.$(date +%Y%m%dT%H%M%S)"
+    q_dest, q_temp = shlex.quote(dest), shlex.quote(temp)
+    script = (
+        f'if [ "$(sha1sum < {q_dest} | cut -c1-40)" != {sha1_text(old_text)} ]; then '
+        f"rm -f {q_temp}; "
+        f'echo "{dest} changed while gpunode edited it: nothing written, run again" >&2; '
+        "exit 1; fi; "
+        f"cp {q_dest} {backup} && mv -f {q_temp} {q_dest}"
+    )
+    return [
+        StringCommand(f"mkdir -p {BACKUP_DIR} {LOCK_DIR}"),
+        FileUploadCommand(StringIO(new_text), temp),
+        StringCommand(f"flock -w 60 {lock} sh -c {shlex.quote(script)}"),
+    ]
+
+
+def converged_config_text(
+    text: str,
+    lines: Sequence[str],
+    nvidia_majors: dict[str, int],
+    extra_lines: Sequence[str] = (),
+) -> str:
+    """text with gpunode's block replaced by lines and extra_lines added when missing."""
+    config = pve_config.parse_pve_lxc_config(text)
+    block = [parse_lxc_line(line) for line in lines]
+    config = pve_config.with_raw_lxc_lines(config, block, gpunode_owns(nvidia_majors))
+    for line in extra_lines:
+        key, value = parse_extra_lxc_line(line)
+        config = pve_config.with_lxc_entry(config, key, value)
+    return pve_config.render(config)
+
+
+@operation()
+def container_config_lines(
+    vmid: int,
+    lines: list[str],
+    nvidia_majors: dict[str, int],
+    extra_lines: list[str] | None = None,
+):
+    """
+    Converge gpunode's raw lxc.* lines in /etc/pve/lxc/VMID.conf (main section only).
+
+    + vmid: container id
+    + lines: gpunode's block, 'lxc.key: value' each (see lxc_gpu.plan.desired_lxc_lines)
+    + nvidia_majors: the host's /proc/devices majors: which allow lines gpunode owns
+    + extra_lines: more 'lxc.key: value' lines, added when missing
+
+    Lines gpunode doesn't own, comments, [pve:pending] and snapshot sections are kept byte
+    for byte; nothing is written when the text is already right.
+    """
+    text = cached_fact(PveLxcConfigText, vmid=vmid)
+    if text is None:
+        host.noop(f"container {vmid} does not exist yet: its lines go in when it is created")
+        return
+    refuse_if_locked(vmid, text)
+    new_text = converged_config_text(text, lines, nvidia_majors, extra_lines or [])
+    if new_text == text:
+        host.noop(f"{config_path(vmid)}: lxc lines up to date")
+        return
+    yield from guarded_write_commands(vmid, text, new_text)
+
+
+def refuse_if_locked(vmid: int, config_text: str) -> None:
+    """A ``lock:`` in the main section (backup, migrate, snapshot, mounted...) means Proxmox
+    is working on the container: pct refuses to change it then, and so does gpunode."""
+    lock = pve_config.get(pve_config.parse_pve_lxc_config(config_text), "lock")
+    if lock:
+        raise OperationError(
+            f"container {vmid} is locked ({lock}): run again when Proxmox has finished "
+            f"(`pct unlock {vmid}` only if no {lock} is running)"
+        )
+
+
+def current_options(config_text: str) -> dict[str, str]:
+    """Main-section options with the values already waiting in [pve:pending] on top, so an
+    option parked by an earlier `pct set` is not set again while the container runs."""
+    config = pve_config.parse_pve_lxc_config(config_text)
+    pending = {k: v for k, v in pve_config.pending_options(config).items() if k != "delete"}
+    return {**pve_config.main_options(config), **pending}
+
+
+@operation()
+def container_options(spec: ContainerSpec):
+    """
+    Converge the container's options with ``pct set`` (only those that differ), grow its disk.
+
+    + spec: the ContainerSpec (or a mapping of its fields)
+
+    Options Proxmox can't change after creation (unprivileged, a smaller disk) fail with
+    what to do instead.
+    """
+    spec = _spec(spec)
+    text = cached_fact(PveLxcConfigText, vmid=spec.vmid)
+    if text is None:
+        host.noop(f"container {spec.vmid} does not exist yet: pct create sets its options")
+        return
+    refuse_if_locked(spec.vmid, text)
+    current = current_options(text)
+    problems = immutable_mismatches(spec, current)
+    if problems:
+        raise OperationError("; ".join(problems))
+    set_args = pct_set_args(spec, current)
+    resize_args = pct_resize_args(spec, current)
+    if not set_args and not resize_args:
+        host.noop(f"container {spec.vmid} options up to date")
+        return
+    if set_args:
+        yield StringCommand(shlex.join(set_args))
+    if resize_args:
+        yield StringCommand(shlex.join(resize_args))
+
+
+@operation()
+def container_restarted(spec: ContainerSpec):
+    """
+    Restart a running container that doesn't run its declared config, when allowed.
+
+    + spec: the ContainerSpec; ``restart_allowed`` decides between ``pct reboot`` and a
+      "pending restart" report
+
+    Compares the declared lines with /var/lib/lxc/VMID/config (what the running container
+    was started with) and looks for options parked in [pve:pending]; a stopped container
+    picks everything up at its next start.
+    """
+    spec = _spec(spec)
+    row = _listed(spec.vmid)
+    if row is None:
+        host.noop(f"container {spec.vmid} does not exist yet: it starts with its config")
+        return
+    if row.get("status") != "running":
+        host.noop(f"container {spec.vmid} is {row.get('status')}: it applies its config "
+                  "at its next start")
+        return
+    majors, devices = _host_devices()
+    reasons = restart_reasons(
+        spec,
+        cached_fact(PveLxcConfigText, vmid=spec.vmid),
+        cached_fact(LxcStartedConfig, vmid=spec.vmid),
+        majors,
+        devices,
+    )
+    if not reasons:
+        host.noop(f"container {spec.vmid} runs its declared config")
+        return
+    if spec.restart_allowed:
+        yield StringCommand("pct", "reboot", str(spec.vmid))
+        return
+    message = (
+        f"pending restart: container {spec.vmid} ({spec.hostname}): {'; '.join(reasons)}. "
+        f"Run `pct reboot {spec.vmid}` when its workload allows, or set restart_allowed: true"
+    )
+    if _executing():
+        logger.warning(f"{host.name}: {message}")
+    host.noop(message)
+
+
+# --- inside the container ----------------------------------------------------------------------
+
+
+@operation()
+def nvidia_userspace(version: str, packages: list[str], container: str = ""):
+    """
+    Install the NVIDIA userspace driver at exactly ``version``, without the kernel module.
+
+    + version: the host's driver version, e.g. 550.127.05
+    + packages: the userspace packages (gpunode.roles.container.defaults)
+    + container: a name for messages (default: the pyinfra host name)
+
+    The pin file (/etc/apt/preferences.d/90-gpunode-nvidia.pref) is written by the role
+    before this runs. When apt offers the version for every package: ``apt-get install
+    --no-install-recommends PKG=VERSION-*`` (recommends would pull nvidia-kernel-dkms). When
+    not, one ``apt-get update`` and a second look; then a refusal naming the container, the
+    host's version and the versions apt offers.
+    """
+    name = container or host.name
+    installed = dict(fact_data(cached_fact(InstalledPackages, patterns=packages)) or {})
+    available = dict(fact_data(cached_fact(AptVersions, packages=packages)) or {})
+    plan = userspace_plan(name, version, packages, installed, available)
+    if plan.ok:
+        host.noop(f"NVIDIA userspace {version} installed ({', '.join(packages)})")
+        return
+    if plan.refusal is not None:
+        # apt's lists may just be old (a fresh container has none): refresh once and look again.
+        # Offline or a broken source: carry on, the second look says what apt has.
+        yield StringCommand("apt-get update -q || true")
+        if not _executing():
+            yield install_command(packages, version)
+            return
+        # After apt-get update, inside this operation: read again, past the fact cache.
+        available = dict(fact_data(host.get_fact(AptVersions, packages=packages)) or {})
+        plan = userspace_plan(name, version, packages, installed, available)
+        if plan.refusal is not None:
+            raise OperationError(plan.refusal)
+    yield install_command(packages, version)
+
+
+@operation(is_idempotent=True)
+def verify_container(
+    expected_gpus: int | None = None,
+    host_driver_version: str | None = None,
+    packages: list[str] | None = None,
+):
+    """
+    Read the container back: nvidia-smi sees the passed GPUs, ``ulimit -l`` is unlimited,
+    the userspace driver equals the host's module. Reports; changes nothing.
+
+    + expected_gpus: GPUs the container should see (None: its /dev/nvidiaN nodes)
+    + host_driver_version: the host's module version (None: /proc/driver/nvidia/version)
+    + packages: the userspace packages to compare with it
+    """
+    if not _executing():
+        host.noop("verify after the other operations ran")
+        return
+    packages = packages or DEFAULT_PACKAGES
+    gpu_state = fact_data(cached_fact(ContainerGpuState))
+    installed = dict(fact_data(cached_fact(InstalledPackages, patterns=packages)) or {})
+    checks = container_checks(gpu_state, expected_gpus, host_driver_version, installed)
+    for line in summary_lines(host.name, checks):
+        is_open = any(f" {rank} " in line for rank in ("P0", "P1"))
+        (logger.warning if is_open else logger.info)(line)
+    host.noop(f"verified: {sum(c.open for c in checks)} open")
+    yield from ()

@@ -1,0 +1,101 @@
+"""PCIe MaxReadReq: a masked write of Device Control bits 14:12 on selected devices only.
+
+Device Control is CAP_EXP+0x08; bits 14:12 encode 128 << n bytes. The write goes through
+setpci's value:mask form, so no other bit changes (bit 15 would start a Function Level Reset).
+A device that keeps its old value is recorded under /run/gpunode and reported, not retried on
+every run; the boot unit retries once per boot.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra import host
+from pyinfra.api import StringCommand, operation
+
+from gpunode.roles.facts.cache import cached_fact
+from gpunode.roles.facts.pcie import PcieDevice, PcieDevices, matches
+from gpunode.roles.facts.pcie_refusals import REFUSED_DIR, MaxReadReqRefusals
+from gpunode.roles.facts.sections import as_models, fact_data
+from gpunode.roles.profile.node import MAX_READ_REQUEST_SIZES, PcieSelector
+
+MRRS_MASK = 0x7000
+
+
+def mrrs_bits(size: int) -> int:
+    """Device Control bits 14:12 for a MaxReadReq size (4096 -> 0x5000)."""
+    if size not in MAX_READ_REQUEST_SIZES:
+        raise ValueError(f"{size} is not a MaxReadReq size; allowed: {MAX_READ_REQUEST_SIZES}")
+    return MAX_READ_REQUEST_SIZES.index(size) << 12
+
+
+def setpci_mrrs_argument(size: int) -> str:
+    """setpci's masked write of MaxReadReq: 'CAP_EXP+8.w=5000:7000' for 4096."""
+    return f"CAP_EXP+8.w={mrrs_bits(size):04x}:{MRRS_MASK:04x}"
+
+
+def selected_devices(devices: list[PcieDevice], selector: PcieSelector) -> list[PcieDevice]:
+    """Devices the selector matches that have a PCI Express capability."""
+    return [
+        d
+        for d in devices
+        if d.has_pcie_cap and matches(d, selector.vendor, selector.device, selector.classes)
+    ]
+
+
+def devices_to_write(
+    devices: list[PcieDevice], selector: PcieSelector, size: int, refused: dict[str, int]
+) -> tuple[list[PcieDevice], list[PcieDevice]]:
+    """(devices whose MaxReadReq differs and may be written, devices that refused `size`)."""
+    todo, refusing = [], []
+    for device in selected_devices(devices, selector):
+        if device.devctl_max_read_req == size:
+            continue
+        (refusing if refused.get(device.bdf) == size else todo).append(device)
+    return todo, refusing
+
+
+def write_and_verify_command(bdf: str, size: int) -> str:
+    """Masked write, read-back, and a per-boot record when the device keeps its value."""
+    q = shlex.quote(bdf)
+    want = mrrs_bits(size)
+    marker = f"{REFUSED_DIR}/{bdf}"
+    return (
+        f"if [ ! -e /sys/bus/pci/devices/{q} ]; then echo 'gpunode: device {bdf} vanished "
+        "before the MaxReadReq write; nothing written' >&2; exit 1; fi; "
+        f"setpci -s {q} {setpci_mrrs_argument(size)} && v=$(setpci -s {q} CAP_EXP+8.w) && "
+        f"if [ $(( 0x$v & 0x{MRRS_MASK:04x} )) -eq $(( 0x{want:04x} )) ]; then "
+        f"rm -f {shlex.quote(marker)}; else mkdir -p {REFUSED_DIR} && "
+        f"echo {size} > {shlex.quote(marker)} && "
+        f'echo "gpunode: device {bdf} did not accept MaxReadReq={size} '
+        f'(reads $(( 128 << ((0x$v >> 12) & 7) )))" >&2; fi'
+    )
+
+
+def refusal_note(devices: list[PcieDevice], size: int) -> str:
+    return "; ".join(
+        f"device {d.bdf} did not accept MaxReadReq={size} (reads {d.devctl_max_read_req})"
+        for d in devices
+    )
+
+
+@operation()
+def max_read_request(selector: PcieSelector, size: int = 4096):
+    """
+    Set PCIe MaxReadReq on the devices the selector matches, touching no other bit.
+
+    + selector: vendor / device / classes of the devices to tune
+    + size: bytes, one of 128 ... 4096
+    """
+    selector = PcieSelector.model_validate(selector)
+    devices = as_models(PcieDevice, cached_fact(PcieDevices))
+    refused = dict(fact_data(cached_fact(MaxReadReqRefusals)) or {})
+    todo, refusing = devices_to_write(devices, selector, size, refused)
+    for device in todo:
+        yield StringCommand(write_and_verify_command(device.bdf, size))
+    if not todo:
+        matched = len(selected_devices(devices, selector))
+        note = f"MaxReadReq={size} on {matched} matched device(s)"
+        if refusing:
+            note = f"{refusal_note(refusing, size)}; nothing else to change"
+        host.noop(note)

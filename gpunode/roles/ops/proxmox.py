@@ -1,0 +1,24 @@
+"""Proxmox VE boot operations: `proxmox-boot-tool kernel pin`."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import StringCommand, operation
+
+from gpunode.roles.facts.cache import cached_fact
+from gpunode.roles.facts.proxmox import ProxmoxBootInfo, ProxmoxBootTool
+from gpunode.roles.facts.sections import as_model
+
+
+@operation()
+def kernel_pin(version: str):
+    """
+    Pin the kernel Proxmox boots by default (`proxmox-boot-tool kernel pin`).
+
+    + version: kernel release, e.g. 6.8.12-4-pve
+    """
+    info = as_model(ProxmoxBootInfo, cached_fact(ProxmoxBootTool))
+    if info.pinned == version:
+        host.noop(f"kernel {version} already pinned")
+        return
+    yield StringCommand("proxmox-boot-tool", "kernel", "pin", version)
