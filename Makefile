@@ -1,27 +1,49 @@
-# gpunode: the README's commands.
+# gpunode: the README's commands. They run from the project's own virtual environment (.venv,
+# made on first use with the system python3's venv module): the system Python is never touched.
 PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+SHELL := /bin/bash
+.SHELLFLAGS := -o pipefail -ec
 
-.PHONY: install test unit lint lab lab-up lab-down
+.PHONY: install venv test unit lint lab lab-up lab-down
 
-install:
-	$(PYTHON) -m pip install -e '.[test]'
+install venv: $(VENV)/.installed
 
-lint:
-	ruff check .
+# Debian ships the venv module apart (python3-venv): installed with apt-get when missing (root).
+# pip's full output goes to $(VENV)/pip.log; the terminal gets one line per package.
+$(VENV)/.installed: pyproject.toml
+	@$(PYTHON) -c 'import ensurepip' 2>/dev/null || { \
+	  echo "[make] $(PYTHON) has no venv module: apt-get install python3-venv"; \
+	  [ "$$(id -u)" = 0 ] || { echo "[make] not root: run 'apt-get install python3-venv' as root,"\
+	    "or make PYTHON=/path/to/python3"; exit 1; }; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null || { \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv \
+	    >/dev/null; }; }
+	@$(PY) -m pip --version >/dev/null 2>&1 || { rm -rf $(VENV); \
+	  echo "[make] creating $(VENV) with $$($(PYTHON) --version) ($(PYTHON))"; \
+	  $(PYTHON) -m venv $(VENV); }
+	@echo "[make] installing gpunode and its test tools into $(VENV) (full log: $(VENV)/pip.log)"
+	@$(PY) -m pip install --disable-pip-version-check -e '.[test]' 2>&1 | tee $(VENV)/pip.log \
+	  | awk '/^(Collecting|Successfully installed)/ { print "  pip: " substr($$0, 1, 90); fflush() }'
+	@touch $@
 
-unit:
-	$(PYTHON) -m pytest tests/unit -q
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+
+unit: $(VENV)/.installed
+	$(PY) -m pytest tests/unit -q
 
 # The test command (CI runs it): lint, unit tier, lab tier (QEMU guest, real kernel).
 test: lint
-	$(PYTHON) -m pytest -q -rs
+	$(PY) -m pytest -q -rs
 
 # The demo on the bundled lab node: build/reuse image, boot, --dry, apply, reboot, re-run, audit.
-lab: install
-	$(PYTHON) -m lab demo
+lab: $(VENV)/.installed
+	$(PY) -m lab demo
 
-lab-up:
-	$(PYTHON) -m lab up
+lab-up: $(VENV)/.installed
+	$(PY) -m lab up
 
-lab-down:
-	$(PYTHON) -m lab down
+lab-down: $(VENV)/.installed
+	$(PY) -m lab down

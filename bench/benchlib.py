@@ -15,6 +15,7 @@ import re
 import signal
 import statistics
 import subprocess
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -224,6 +225,13 @@ def git_revision() -> str:
         return head + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "?"
+
+
+def default_out(name: str) -> Path:
+    """Where a bench writes its JSON without --out: a new file in the temp dir, never a tracked
+    file under bench/results/ (record a figure there on purpose, with --out)."""
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    return Path(tempfile.gettempdir()) / f"gpunode-bench-{name}-{stamp}.json"
 
 
 def write_json(path: Path, payload: dict) -> None:

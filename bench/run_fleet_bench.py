@@ -16,7 +16,8 @@ both through bench/pyinfra_counted.py (the pyinfra CLI in-process, plus a count 
 commands). pyinfra's own parallelism (gevent, every host at once) does the fan-out. The hosts
 share this machine's kernel and 2 cores: the remote side of every command runs here too, so
 the figures are an upper bound for N real hosts. Everything is bounded by --deadline-s and the
-sshds are stopped at the end, whatever happens. Writes bench/results/fleet.json.
+sshds are stopped at the end, whatever happens. Writes its JSON to --out
+(default: a new file in the temp dir).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ sys.path.insert(0, str(BENCH_DIR))
 from benchlib import (  # noqa: E402
     REPO,
     ContentionMeter,
+    default_out,
     git_revision,
     machine_info,
     parse_pyinfra,
@@ -52,7 +54,6 @@ from benchlib import (  # noqa: E402
 SSHD = "/usr/sbin/sshd"
 TIME = "/usr/bin/time"
 COUNTED = BENCH_DIR / "pyinfra_counted.py"
-RESULTS = BENCH_DIR / "results" / "fleet.json"
 MAX_RSS = re.compile(r"Maximum resident set size \(kbytes\):\s*(\d+)")
 CPU_TIME = re.compile(r"(User|System) time \(seconds\):\s*([\d.]+)")
 VERDICT = re.compile(r"^(fleet-\d+): (?:NOT )?READY", re.MULTILINE)
@@ -214,8 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--deadline-s", type=float, default=570.0,
                         help="stop starting new runs past this (whole bench)")
     parser.add_argument("--timeout-s", type=float, default=240.0, help="per pyinfra run")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="JSON to write (default: a new file in the temp dir; "
+                             "bench/results/fleet.json to record a figure)")
     args = parser.parse_args(argv)
+    args.out = args.out or default_out("fleet")
     stop_on_sigterm()
 
     ensure_tools()

@@ -18,7 +18,8 @@ Per run: wall time, remote commands (pyinfra: shell commands through Host.run_sh
 counted by bench/pyinfra_counted.py, plus SFTP uploads; Ansible: ssh executions, counted by
 an ssh wrapper, one per module run with pipelining), changed operations/tasks, exit status,
 and the CPU-seconds other QEMU guests on this machine used meanwhile. Prints a table and writes
-bench/results/lab.json. The VM is stopped at the end, whatever happens.
+its JSON to --out (default: a new file in the temp dir). The VM is stopped at the end, whatever
+happens.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ sys.path.insert(0, str(BENCH_DIR))
 from benchlib import (  # noqa: E402
     REPO,
     ContentionMeter,
+    default_out,
     Run,
     git_revision,
     machine_info,
@@ -59,7 +61,6 @@ ANSIBLE_DIR = BENCH_DIR / "ansible"
 ANSIBLE_VENV = BENCH_DIR / ".venv-ansible"
 PLAYBOOK = ANSIBLE_DIR / "tuning.yml"
 COUNTED = BENCH_DIR / "pyinfra_counted.py"
-RESULTS = BENCH_DIR / "results" / "lab.json"
 SSH_WRAPPER = """#!/bin/sh
 # bench: one line per ssh execution Ansible makes, then the real ssh.
 { printf '%s\n' "$*" | tail -c 160 | tr '\n' ' '; echo; } >> "$GPUNODE_BENCH_SSH_LOG"
@@ -276,8 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-gpunode", action="store_true")
     parser.add_argument("--skip-ansible", action="store_true")
     parser.add_argument("--skip-host-fresh", action="store_true")
-    parser.add_argument("--out", type=Path, default=RESULTS)
+    parser.add_argument("--out", type=Path, default=None,
+                        help="JSON to write (default: a new file in the temp dir; "
+                             "bench/results/lab.json to record a figure)")
     args = parser.parse_args(argv)
+    args.out = args.out or default_out("lab")
     stop_on_sigterm()
 
     if shutil.which("qemu-system-x86_64") is None:

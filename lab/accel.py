@@ -1,9 +1,9 @@
 """TCG or KVM: decided by a real probe boot, never by /dev/kvm merely existing.
 
-On the machines this project runs on, /dev/kvm exists yet a KVM guest hangs in early boot
-(shared/LAB-NOTES.md). So TCG is the default, and KVM is used only when a short probe boot of
-the lab's own kernel under KVM reaches userspace. The answer is cached per host kernel and QEMU
-version; GPUNODE_LAB_ACCEL=tcg|kvm|auto overrides.
+On the machines this project runs on, /dev/kvm exists yet a KVM guest hangs in early boot (no
+kernel output after "Probing EDD"; see lab/README.md). So TCG is the default, and KVM is used
+only when a short probe boot of the lab's own kernel under KVM reaches userspace. The answer is
+cached per host kernel and QEMU version; GPUNODE_LAB_ACCEL=tcg|kvm|auto overrides.
 """
 
 from __future__ import annotations
