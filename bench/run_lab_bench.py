@@ -40,8 +40,8 @@ sys.path.insert(0, str(BENCH_DIR))
 from benchlib import (  # noqa: E402
     REPO,
     ContentionMeter,
-    default_out,
     Run,
+    default_out,
     git_revision,
     machine_info,
     median,
