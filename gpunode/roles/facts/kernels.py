@@ -8,15 +8,16 @@
 - `apt-mark showhold` (one package a line).
 
 Only installed packages count ("ii", or "hi" when held). Package names map to kernel versions:
-`proxmox-kernel-6.8.12-4-pve-signed` and `proxmox-kernel-6.8.12-4-pve` -> "6.8.12-4-pve",
-`pve-kernel-5.15.30-2-pve` -> "5.15.30-2-pve", `linux-image-6.1.0-31-amd64` (and its
-`-unsigned` twin) -> "6.1.0-31-amd64". Meta packages that install no kernel of their own
-(`proxmox-kernel-6.8`, `pve-kernel-5.15`, `linux-image-amd64`), helpers (`pve-kernel-helper`,
-`proxmox-kernel-helper`) and debug symbols (`-dbg`) are skipped.
+`proxmox-kernel-6.17.2-2-pve-signed` and `proxmox-kernel-6.8.12-4-pve` -> "6.17.2-2-pve" /
+"6.8.12-4-pve", `pve-kernel-5.15.30-2-pve` -> "5.15.30-2-pve", `linux-image-6.1.0-31-amd64`
+(and its `-unsigned` twin) -> "6.1.0-31-amd64", Debian 13's `linux-image-6.12.117+deb13-amd64`
+-> "6.12.117+deb13-amd64". Meta packages that install no kernel of their own
+(`proxmox-kernel-6.17`, `proxmox-default-kernel`, `pve-kernel-5.15`, `linux-image-amd64`,
+`linux-image-cloud-amd64`), helpers (`pve-kernel-helper`, `proxmox-kernel-helper`) and debug
+symbols (`-dbg`) are skipped.
 
-Versions sort newest first by a natural key over the digit runs ("6.1.0-50-amd64" is newer
-than "6.1.0-29-amd64", "6.8.12-4-pve" than "6.8.4-2-pve"): Debian kernel ABI strings are not
-PEP 440 versions, so `packaging.version` is not used.
+Versions sort newest first as dpkg orders them (gpunode.roles.facts.debversion): "7.0.0-3-pve"
+after "6.17.2-2-pve", "6.1.0-50-amd64" after "6.1.0-29-amd64"; never as strings.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import re
 from pydantic import Field
 from pyinfra.api import FactBase
 
+from .debversion import version_key
 from .sections import FactModel
 
 __all__ = [
@@ -35,6 +37,7 @@ __all__ = [
     "InstalledKernels",
     "KernelPackages",
     "kernel_version_from_package",
+    "is_kernel_release",
     "kernel_version_key",
     "parse_installed_kernels",
     "parse_kernel_packages",
@@ -61,8 +64,20 @@ class KernelPackages(FactModel):
 
 _STATUS_RE = re.compile(r"^[uihrp][ncHUFWti][R ]?$")
 _PREFIXES = ("proxmox-kernel-", "pve-kernel-", "linux-image-")
-_KERNEL_VERSION_RE = re.compile(r"^\d+\.\d+(?:\.\d+)*-\S+$")
-_TOKEN_RE = re.compile(r"\d+|[^\d.\-+~_]+")
+# A kernel release as `uname -r` prints it: numbers, then a local suffix after "-", "+" or "~"
+# ("6.8.12-4-pve", "6.12.117+deb13-amd64", "7.0.0-3-pve", "6.12.57+deb13-cloud-amd64"). A bare
+# "X.Y" (no third number, no suffix) is a meta package's series ("proxmox-kernel-6.17"), not a
+# kernel. Anchored at both ends (\Z, not $: no trailing newline).
+_KERNEL_RELEASE_RE = re.compile(
+    r"\A\d+\.\d+(?:\.\d+)+(?:[-+~][0-9A-Za-z][0-9A-Za-z.+~-]*)?\Z"
+    r"|\A\d+\.\d+(?:[-+~][0-9A-Za-z][0-9A-Za-z.+~-]*)\Z"
+)
+KERNEL_RELEASE_MAX = 64
+
+
+def is_kernel_release(text: str) -> bool:
+    """True for a kernel release such as '6.8.12-4-pve' or '6.12.117+deb13-amd64'."""
+    return len(text) <= KERNEL_RELEASE_MAX and bool(_KERNEL_RELEASE_RE.match(text))
 
 
 def kernel_version_from_package(package: str) -> str | None:
@@ -81,20 +96,11 @@ def kernel_version_from_package(package: str) -> str | None:
     for suffix in ("-signed", "-unsigned"):
         if rest.endswith(suffix):
             rest = rest[: -len(suffix)]
-    if not _KERNEL_VERSION_RE.match(rest):
-        return None
-    return rest
+    return rest if is_kernel_release(rest) else None
 
 
-def kernel_version_key(version: str) -> tuple:
-    """Natural sort key: digit runs compare as numbers, other runs as text, numbers first."""
-    key: list[tuple[int, int, str]] = []
-    for token in _TOKEN_RE.findall(version):
-        if token.isdigit():
-            key.append((1, int(token), ""))
-        else:
-            key.append((0, 0, token))
-    return tuple(key)
+kernel_version_key = version_key
+"""Sort key for kernel releases: dpkg's order (gpunode.roles.facts.debversion)."""
 
 
 def is_installed_status(status: str) -> bool:

@@ -12,6 +12,8 @@ from typing import Literal
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from gpunode.roles.facts.kernels import is_kernel_release
+
 MAX_READ_REQUEST_SIZES = (128, 256, 512, 1024, 2048, 4096)
 SYSCTL_KEY = re.compile(r"^[a-z0-9_][a-z0-9_\-]*(\.[a-z0-9_][a-z0-9_\-]*)+$")
 MODULE_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
@@ -222,10 +224,12 @@ class NodeProfile(ProfileModel):
     @field_validator("kernel_pin")
     @classmethod
     def _kernel_pin(cls, value: str | None) -> str | None:
-        if value in (None, "running"):
+        if value in (None, "running") or is_kernel_release(value):
             return value
-        parse_version_prefix(value)
-        return value
+        raise ValueError(
+            f"{value!r} is not a kernel version such as '6.17.2-2-pve', "
+            "'6.12.117+deb13-amd64' or 'running'"
+        )
 
     @field_validator("nvidia_driver")
     @classmethod
@@ -243,15 +247,3 @@ class NodeProfile(ProfileModel):
         if missing:
             raise ValueError(f"required_modules {missing} are not in modules: add them there")
         return self
-
-
-def parse_version_prefix(kernel: str) -> Version:
-    """The numeric part of a kernel release ('6.8.12-4-pve' -> 6.8.12.4), or ValueError."""
-    match = re.match(r"^(\d+(?:\.\d+)*)(?:-(\d+))?", kernel)
-    if not match:
-        raise ValueError(f"{kernel!r} is not a kernel version such as '6.8.12-4-pve' or 'running'")
-    numbers = match.group(1) + (f".{match.group(2)}" if match.group(2) else "")
-    try:
-        return Version(numbers)
-    except InvalidVersion:
-        raise ValueError(f"{kernel!r} is not a kernel version such as '6.8.12-4-pve'") from None
