@@ -54,8 +54,13 @@ def check_sysctls(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
         want = normalize_sysctl_value(want)
         live = snap.kernel.sysctls.get(key)
         name = f"sysctl {key}"
+        refused = snap.kernel.sysctl_refused.get(key) == want
         if live is None:
             checks.append(Check(name=name, status="n/a", live="not on this kernel", want=want))
+        elif live != want and refused:
+            checks.append(Check(name=name, status="limit", want=want,
+                                live=f"{live} (the kernel refused {want} in this boot: "
+                                     "not supported here)"))
         elif live == want:
             checks.append(ok(name, live, want))
         else:

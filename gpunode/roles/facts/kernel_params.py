@@ -8,12 +8,17 @@ from pyinfra.api import FactBase
 
 from gpunode.roles.facts.sections import FactModel, section_command, split_sections
 
+SYSCTL_REFUSED_DIR = "/run/gpunode/sysctl-refused"
+"""Best-effort sysctl writes the kernel did not take in this boot: one file per key holding the
+value it kept refusing (tmpfs: cleared at boot, so each boot tries once more)."""
+
 
 class KernelParamsState(FactModel):
     """sysctl values (None = not on this kernel), modules and memory-lock limits."""
 
-
     sysctls: dict[str, str] = {}
+    sysctl_refused: dict[str, str] = {}
+    """Best-effort keys the kernel refused in this boot -> the value it refused."""
     loaded_modules: list[str] = []
     available_modules: list[str] = []
     rdma_devices: list[str] = []
@@ -59,6 +64,12 @@ def sysctl_command(keys: list[str]) -> str:
     return "; ".join(parts) or "true"
 
 
+def sysctl_refused_command() -> str:
+    """Print KEY=VALUE for each best-effort write recorded as refused in this boot."""
+    folder = shlex.quote(SYSCTL_REFUSED_DIR)
+    return f'for f in {folder}/*; do [ -f "$f" ] && echo "${{f##*/}}=$(cat "$f")"; done'
+
+
 def modules_available_command(modules: list[str]) -> str:
     """Print each module that modprobe can find (in modules.dep or built in)."""
     return "; ".join(
@@ -71,6 +82,7 @@ def kernel_params_command(sysctl_keys: list[str], modules: list[str]) -> str:
     return "; ".join(
         [
             section_command("sysctl", sysctl_command(sysctl_keys)),
+            section_command("sysctl_refused", sysctl_refused_command()),
             section_command("modules", "cat /proc/modules; ls /sys/module"),
             section_command("available", modules_available_command(modules)),
             section_command("rdma", "ls /sys/class/infiniband"),
@@ -90,6 +102,7 @@ def parse_kernel_params(text: str) -> KernelParamsState:
     loaded = {line.split()[0] for line in sections.get("modules", "").splitlines() if line.strip()}
     return KernelParamsState(
         sysctls=parse_sysctl_lines(sections.get("sysctl", "")),
+        sysctl_refused=parse_sysctl_lines(sections.get("sysctl_refused", "")),
         loaded_modules=sorted(loaded),
         available_modules=sorted(sections.get("available", "").split()),
         rdma_devices=sorted(sections.get("rdma", "").split()),

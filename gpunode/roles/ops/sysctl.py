@@ -1,8 +1,13 @@
-"""Runtime sysctl values, read from one fact call for all keys.
+"""Runtime sysctl values, read from one fact call for all keys, each write read back.
 
 pyinfra's server.sysctl reads one key per fact command and fails on keys the running kernel
 lacks; this operation reads every key in one command, skips missing ones with a note, and
 leaves persistence to the sysctl.d file that host_tuning owns whole.
+
+A write is confirmed by reading /proc/sys back, never by sysctl's exit status: kernel 6.12
+prints "Operation not permitted" for kernel.nmi_watchdog without perf counters and exits 0.
+A best-effort key the kernel keeps at another value is recorded under SYSCTL_REFUSED_DIR and
+not written again in this boot ("not supported here"); any other key fails the operation.
 """
 
 from __future__ import annotations
@@ -14,20 +19,54 @@ from pyinfra.api import StringCommand, operation
 
 from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.facts.kernel_params import (
+    SYSCTL_REFUSED_DIR,
     KernelParams,
     KernelParamsState,
     normalize_sysctl_value,
+    sysctl_path,
 )
 from gpunode.roles.facts.sections import as_model
 
 
-def sysctl_changes(live: dict[str, str], wanted: dict[str, str]) -> dict[str, str]:
-    """Wanted keys present on this kernel whose live value differs."""
+def sysctl_changes(
+    live: dict[str, str], wanted: dict[str, str], refused: dict[str, str] | None = None
+) -> dict[str, str]:
+    """Wanted keys present on this kernel whose live value differs (and whose write of that
+    value was not already refused in this boot)."""
+    refused = refused or {}
     return {
         key: value
         for key, value in wanted.items()
-        if key in live and live[key] != normalize_sysctl_value(value)
+        if key in live
+        and live[key] != normalize_sysctl_value(value)
+        and refused.get(key) != normalize_sysctl_value(value)
     }
+
+
+def write_and_verify_command(key: str, value: str, best_effort: bool) -> str:
+    """`sysctl -w`, then read /proc/sys back; a value the kernel kept is an error, or for a
+    best-effort key a note and a record under SYSCTL_REFUSED_DIR. Every value is quoted."""
+    want = normalize_sysctl_value(value)
+    q_key, q_want = shlex.quote(key), shlex.quote(want)
+    read_back = (
+        f"live=$(tr -s ' \\t' '  ' < {shlex.quote(sysctl_path(key))} | sed 's/^ //; s/ $//')"
+    )
+    if best_effort:
+        record = shlex.quote(f"{SYSCTL_REFUSED_DIR}/{key}")
+        on_refusal = (
+            f"mkdir -p {shlex.quote(SYSCTL_REFUSED_DIR)} && printf '%s\\n' {q_want} > {record}; "
+            "printf 'gpunode: kernel refused %s=%s (reads %s): not supported here\\n' "
+            f'{q_key} {q_want} "$live" >&2'
+        )
+    else:
+        on_refusal = (
+            "printf 'gpunode: kernel did not accept %s=%s (reads %s)\\n' "
+            f'{q_key} {q_want} "$live" >&2; exit 1'
+        )
+    return (
+        f"sysctl -q -w {shlex.quote(f'{key}={want}')} >/dev/null 2>&1; {read_back}; "
+        f'if [ "$live" != {q_want} ]; then {on_refusal}; fi'
+    )
 
 
 @operation()
@@ -38,15 +77,16 @@ def sysctl_values(values: dict[str, str], best_effort: frozenset[str] = frozense
     + values: key -> value ("4096 87380 134217728" for multi-value keys)
     + best_effort: keys whose write the kernel may refuse (a failure there is not an error)
     """
-    live = as_model(KernelParamsState, cached_fact(KernelParams, sysctl_keys=sorted(values),
-                                                     modules=[])).sysctls
+    state = as_model(KernelParamsState, cached_fact(KernelParams, sysctl_keys=sorted(values),
+                                                    modules=[]))
+    live = state.sysctls
     missing = sorted(key for key in values if key not in live)
-    changes = sysctl_changes(live, values)
+    refused = {k: v for k, v in state.sysctl_refused.items() if k in best_effort}
+    changes = sysctl_changes(live, values, refused)
     for key, value in changes.items():
-        command = f"sysctl -w {shlex.quote(f'{key}={normalize_sysctl_value(value)}')}"
-        if key in best_effort:
-            command += f" || echo 'gpunode: kernel refused {key} (not supported here)' >&2"
-        yield StringCommand(command)
+        yield StringCommand(write_and_verify_command(key, value, key in best_effort))
     if not changes:
-        note = f"; not on this kernel: {', '.join(missing)}" if missing else ""
-        host.noop(f"sysctl values already set{note}")
+        notes = [f"not on this kernel: {', '.join(missing)}"] if missing else []
+        notes += [f"kernel refused {k}={v} in this boot (not supported here)"
+                  for k, v in sorted(refused.items()) if live.get(k) != v]
+        host.noop("sysctl values already set" + "".join(f"; {n}" for n in notes))
