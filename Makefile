@@ -1,12 +1,15 @@
 # gpunode: the README's commands. They run from the project's own virtual environment (.venv,
 # made on first use with the system python3's venv module): the system Python is never touched.
 PYTHON ?= python3
+# The lab guest's Debian suite: trixie (Debian 13, Proxmox VE 9's base) or bookworm (Debian 12).
+SUITE ?= trixie
+export GPUNODE_LAB_SUITE := $(SUITE)
 VENV ?= .venv
 PY := $(VENV)/bin/python
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -ec
 
-.PHONY: install venv test unit lint lab lab-up lab-down
+.PHONY: install venv test test-lab unit lint lab lab-up lab-down
 
 install venv: $(VENV)/.installed
 
@@ -34,9 +37,13 @@ lint: $(VENV)/.installed
 unit: $(VENV)/.installed
 	$(PY) -m pytest tests/unit -q
 
-# The test command (CI runs it): lint, unit tier, lab tier (QEMU guest, real kernel).
+# The test command (CI runs it): lint, unit tier, lab tier on $(SUITE) (QEMU guest, real kernel).
 test: lint
 	$(PY) -m pytest -q -rs
+
+# The lab tier alone (CI runs it once more with SUITE=bookworm).
+test-lab: $(VENV)/.installed
+	$(PY) -m pytest tests/lab -q -rs
 
 # The demo on the bundled lab node: build/reuse image, boot, --dry, apply, reboot, re-run, audit.
 lab: $(VENV)/.installed
