@@ -42,7 +42,13 @@ from gpunode.roles.facts.pcie import normalize_bdf
 from gpunode.roles.facts.proxmox import PveVersion, parse_proxmox_kernel_list, parse_pveversion
 from gpunode.roles.facts.sections import MARKER, section_command, split_sections
 from gpunode.roles.lxc_gpu.facts import parse_pct_list, parse_pve_lxc_config_fact
-from gpunode.roles.lxc_gpu.pve_config import get, get_all, main_options, parse_pve_lxc_config
+from gpunode.roles.lxc_gpu.pve_config import (
+    cgroup_v1_entries,
+    get,
+    get_all,
+    main_options,
+    parse_pve_lxc_config,
+)
 
 __all__ = [
     "AUDIT_COMMAND",
@@ -142,6 +148,8 @@ class ContainerState(BaseModel):
     """nvidia-smi's first line inside the container when it printed no version."""
     memlock_live: str | None = None
     """Soft 'Max locked memory' of the container's init (/proc/1/limits)."""
+    cgroup_v1: list[tuple[str, str]] = Field(default_factory=list)
+    """The main section's lxc.cgroup.* (cgroup v1) entries: ignored on cgroup v2 hosts."""
 
 
 class AuditExtras(BaseModel):
@@ -341,7 +349,8 @@ def container_state(vmid: int, config_text: str | None, listed: dict[str, str] |
     """One container from its config text, its `pct list` row and the in-container probe."""
     listed = listed or {}
     gpu = bool(config_text) and is_gpu_container(config_text or "")
-    memlock = get(parse_pve_lxc_config(config_text), "lxc.prlimit.memlock") if config_text else None
+    config = parse_pve_lxc_config(config_text) if config_text else None
+    memlock = get(config, "lxc.prlimit.memlock") if config else None
     version = error = memlock_live = None
     if exec_text is not None:
         version, error, memlock_live = parse_container_exec(exec_text)
@@ -350,6 +359,7 @@ def container_state(vmid: int, config_text: str | None, listed: dict[str, str] |
         config_read=config_text is not None, gpu=gpu,
         memlock_config=memlock, exec_ran=exec_text is not None, driver_version=version,
         driver_error=error, memlock_live=memlock_live,
+        cgroup_v1=cgroup_v1_entries(config) if config else [],
     )
 
 

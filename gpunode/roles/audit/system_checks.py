@@ -14,6 +14,7 @@ from gpunode.roles.audit.model import DEPLOY_FIX, Check, not_applicable, ok
 from gpunode.roles.audit.snapshot import NodeSnapshot
 from gpunode.roles.facts.cmdline import grub_cmdline_value
 from gpunode.roles.facts.dpkg import upstream_version
+from gpunode.roles.profile.container import cgroup_v1_fix
 from gpunode.roles.profile.node import NodeProfile
 
 CONTAINER_MEMLOCK = "unlimited"
@@ -202,13 +203,13 @@ def check_containers(snap: NodeSnapshot,
         return [not_applicable(name, "no container on this node", kind=name)]
     unread = [c for c in snap.containers if not c.config_read]
     gpu = [c for c in snap.containers if c.gpu]
+    checks = [_container_cgroup_v1(ct) for ct in snap.containers if ct.cgroup_v1]
     if not gpu:
         why = "no container has NVIDIA devices"
         if unread:
             why += f" ({len(unread)} configs unreadable: the audit needs root)"
-        return [not_applicable(name, why, kind=name)]
+        return [not_applicable(name, why, kind=name), *checks]
     host_driver = host_driver_version(snap)
-    checks: list[Check] = []
     for ct in gpu:
         want = str((memlock or {}).get(ct.vmid, CONTAINER_MEMLOCK))
         checks.append(_container_memlock(ct, want))
@@ -218,6 +219,17 @@ def check_containers(snap: NodeSnapshot,
 
 def _ct_label(ct: ContainerState) -> str:
     return f"CT {ct.vmid}" + (f" ({ct.name})" if ct.name else "")
+
+
+def _container_cgroup_v1(ct: ContainerState) -> Check:
+    """lxc.cgroup.* lines: LXC ignores them on a cgroup v2 host ("Ignoring legacy cgroup
+    limits on pure cgroup2 system"), so a device allow there grants nothing."""
+    lines = "; ".join(f"{k}: {v}" for k, v in ct.cgroup_v1)
+    fixes = "; ".join(cgroup_v1_fix(k, v) for k, v in ct.cgroup_v1)
+    return Check(name=f"{_ct_label(ct)} cgroup v1 lines", status="P1", live=lines,
+                 want="lxc.cgroup2.* only", kind="container cgroup v1 lines",
+                 fix=f"in /etc/pve/lxc/{ct.vmid}.conf {fixes}; then pct reboot {ct.vmid}",
+                 note="cgroup v2 only: Proxmox VE 7+ boots no cgroup v1, VE 9 can't")
 
 
 def _container_memlock(ct: ContainerState, want: str) -> Check:

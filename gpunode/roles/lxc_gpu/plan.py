@@ -29,6 +29,7 @@ from gpunode.roles.lxc_gpu import pve_config
 from gpunode.roles.lxc_gpu.passthrough import DeviceNode, gpu_passthrough_lines, gpunode_owns
 from gpunode.roles.profile.container import (
     ContainerSpec,
+    cgroup_v1_warning,
     immutable_mismatches,
     pct_create_args,
     pct_resize_args,
@@ -62,6 +63,8 @@ class ContainerPlan:
     restart: list[str] = field(default_factory=list)
     pending_restart: bool = False
     problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    """Reported, not changed: cgroup v1 lines of the user's (LXC ignores them on cgroup v2)."""
 
     @property
     def changes(self) -> bool:
@@ -126,6 +129,9 @@ def plan_container(
 
     config = pve_config.parse_pve_lxc_config(config_text)
     current = pve_config.main_options(config)
+    legacy = pve_config.cgroup_v1_entries(config)
+    if legacy:
+        plan.warnings.append(cgroup_v1_warning(spec.vmid, legacy))
     plan.problems = immutable_mismatches(spec, current)
     if plan.problems:
         return plan

@@ -30,6 +30,7 @@ __all__ = [
     "PveLxcConfig",
     "Section",
     "get",
+    "cgroup_v1_entries",
     "get_all",
     "lxc_entries",
     "main_options",
@@ -196,6 +197,12 @@ def main_options(config: PveLxcConfig) -> dict[str, str]:
 def lxc_entries(config: PveLxcConfig) -> list[tuple[str, str]]:
     """The main section's raw lxc.* entries, in order."""
     return [(ln.key or "", ln.value or "") for ln in config.main.lines if ln.is_lxc]
+
+
+def cgroup_v1_entries(config: PveLxcConfig) -> list[tuple[str, str]]:
+    """The main section's ``lxc.cgroup.*`` (cgroup v1) entries: LXC ignores them on a cgroup
+    v2 host, the only kind Proxmox VE 9 boots."""
+    return [(k, v) for k, v in lxc_entries(config) if k.startswith("lxc.cgroup.")]
 
 
 def pending_options(config: PveLxcConfig) -> dict[str, str]:

@@ -49,6 +49,7 @@ from gpunode.roles.lxc_gpu.plan import desired_lxc_lines, lxc_line, parse_lxc_li
 from gpunode.roles.ops.files import sha1_text
 from gpunode.roles.profile.container import (
     ContainerSpec,
+    cgroup_v1_warning,
     immutable_mismatches,
     parse_extra_lxc_line,
     pct_create_args,
@@ -186,13 +187,17 @@ def container_config_lines(
     + extra_lines: more 'lxc.key: value' lines, added when missing
 
     Lines gpunode doesn't own, comments, [pve:pending] and snapshot sections are kept byte
-    for byte; nothing is written when the text is already right.
+    for byte; nothing is written when the text is already right. cgroup v1 lines
+    (``lxc.cgroup.*``, ignored on cgroup v2 hosts) are kept and reported with their fix.
     """
     text = cached_fact(PveLxcConfigText, vmid=vmid)
     if text is None:
         host.noop(f"container {vmid} does not exist yet: its lines go in when it is created")
         return
     refuse_if_locked(vmid, text)
+    legacy = pve_config.cgroup_v1_entries(pve_config.parse_pve_lxc_config(text))
+    if legacy and not _executing():
+        logger.warning(f"{host.name}: {cgroup_v1_warning(vmid, legacy)}")
     new_text = converged_config_text(text, lines, nvidia_majors, extra_lines or [])
     if new_text == text:
         host.noop(f"{config_path(vmid)}: lxc lines up to date")
