@@ -11,6 +11,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 LAB_INVENTORY = "inventories/lab.py"
+CHANGE_MARK = "] change: "
 
 
 @dataclass
@@ -21,21 +22,48 @@ class PyinfraRun:
     payload: dict
     log: str
 
+    def _checked(self) -> dict:
+        """The JSON payload, or an AssertionError when the run failed before printing one:
+        when every host fails, pyinfra prints nothing on stdout, which must not read as
+        'no changes'."""
+        if self.returncode != 0 and "plan" not in self.payload:
+            raise AssertionError(
+                f"pyinfra exited {self.returncode} without a JSON result:\n{self.log[-3000:]}"
+            )
+        return self.payload
+
     def planned_changes(self) -> list[str]:
         """Operation names with a change in the plan (what --dry says will change)."""
-        return [op["name"] for op in self.payload.get("plan", []) if op["hosts_with_change"]]
+        return [op["name"] for op in self._checked().get("plan", []) if op["hosts_with_change"]]
 
     def changed(self) -> list[str]:
         """Operation names that changed something in a real run."""
-        results = self.payload.get("results") or {}
+        results = self._checked().get("results") or {}
         return [op["name"] for op in results.get("operations", []) if op["success"]]
+
+    def change_lines(self) -> list[str]:
+        """The value-level change lines gpunode logged ('[host] change: setting old -> new
+        (where)'), without the prefix, in order, each once."""
+        return change_lines(self.log)
 
     def loaded_facts(self) -> list[str]:
         return loaded_facts(self.log)
 
     def errors(self) -> list[str]:
-        results = self.payload.get("results") or {}
+        results = self._checked().get("results") or {}
         return [op["name"] for op in results.get("operations", []) if op["error"]]
+
+
+def change_lines(log: str) -> list[str]:
+    """Lines logged by gpunode.roles.ops.changes.report_change, host prefix removed."""
+    out: list[str] = []
+    for line in log.splitlines():
+        text = line.strip()
+        if text.startswith("[") and CHANGE_MARK in text:
+            body = text.split(CHANGE_MARK, 1)[1]
+            if body not in out:
+                out.append(body)
+    return out
 
 
 def loaded_facts(log: str) -> list[str]:

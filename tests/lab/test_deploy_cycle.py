@@ -268,5 +268,6 @@ def test_6_drift_is_named_exactly_and_repaired(cycle):
     run = run_pyinfra(SITE, "-y")
     assert run.returncode == 0, run.log
     assert_profile_live(live_state(vm, profile), profile)
-    assert sh(vm, f"ls {SYSCTL_FILE}.gpunode-bak").strip()
+    assert sh(vm, f"ls /var/lib/gpunode/backups{SYSCTL_FILE}.2*").strip()
+    assert sh(vm, f"ls /var/lib/gpunode/originals{SYSCTL_FILE}.absent").strip()
     assert run_pyinfra(SITE, "--dry").planned_changes() == []

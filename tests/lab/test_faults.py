@@ -62,8 +62,7 @@ def test_failing_update_grub_restores_the_backup(lab_vm):
     try:
         run = run_pyinfra(SITE, "-y", env={"GPUNODE_LAB_CMDLINE": "gpunode_fault_test=1"})
         assert run.returncode != 0
-        assert "update-grub failed; /etc/default/grub restored from " \
-               "/etc/default/grub.gpunode-bak" in run.log
+        assert "update-grub failed; /etc/default/grub restored from its backup" in run.log
         assert sh(lab_vm, "cat /etc/default/grub") == original
     finally:
         sh(lab_vm, "mv -f /usr/sbin/update-grub.real /usr/sbin/update-grub")
@@ -94,10 +93,10 @@ def test_failing_proxmox_boot_tool_restores_the_backup(lab_vm):
                                            "GPUNODE_LAB_KERNEL_PIN": "none"})
         assert run.returncode != 0
         assert "E: gpunode fault test: no ESP could be synced" in run.log
-        assert "proxmox-boot-tool failed; /etc/kernel/cmdline restored from " \
-               "/etc/kernel/cmdline.gpunode-bak" in run.log
+        assert "proxmox-boot-tool failed; /etc/kernel/cmdline restored from its " \
+               "backup" in run.log
         assert sh(lab_vm, "cat /etc/kernel/cmdline") == original
     finally:
-        sh(lab_vm, "rm -f /usr/sbin/proxmox-boot-tool /etc/kernel/cmdline "
-                   "/etc/kernel/cmdline.gpunode-bak")
+        sh(lab_vm, "rm -rf /usr/sbin/proxmox-boot-tool /etc/kernel/cmdline "
+                   "/var/lib/gpunode/originals/etc/kernel /var/lib/gpunode/backups/etc/kernel")
     assert run_pyinfra(SITE, "--dry").planned_changes() == []

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.facts.files import Directory, Sha1File
+from pyinfra.facts.files import Directory
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from gpunode.roles.audit.snapshot import snapshot_reads
 from gpunode.roles.facts.bundle import FactRead
 from gpunode.roles.facts.cache import cached_read
 from gpunode.roles.facts.dpkg import InstalledPackages
+from gpunode.roles.facts.owned import OwnedFiles
 from gpunode.roles.facts.pcie_refusals import REFUSED_DIR
 from gpunode.roles.ops import cpu, modules, pcie, sysctl
 from gpunode.roles.ops.apt import packages_present
@@ -61,7 +62,8 @@ def tune_sysctls(profile: NodeProfile) -> None:
         "sysctl/90-gpunode.conf.j2", SYSCTL_FILE, sysctls=profile.sysctls, best_effort=best_effort
     )
     sysctl.sysctl_values(
-        name="Set sysctl values now", values=profile.sysctls, best_effort=frozenset(best_effort)
+        name="Set sysctl values now", values=profile.sysctls, best_effort=frozenset(best_effort),
+        persisted_in=SYSCTL_FILE,
     )
 
 
@@ -114,7 +116,7 @@ def host_tuning_reads(profile: NodeProfile) -> list[FactRead]:
         SYSTEMD_BOOTED_READ,
         FactRead(SystemdStatus, {"services": [BOOT_UNIT]}),
         FactRead(SystemdEnabled, {"services": [BOOT_UNIT]}),
-        *(FactRead(Sha1File, {"path": path}) for path in OWNED_FILES),
+        FactRead(OwnedFiles, {"paths": list(OWNED_FILES)}),
     ]
 
 

@@ -90,12 +90,20 @@ def wanted_cmdline(profile: NodeProfile, cpu: CpuState) -> dict[str, str | None]
     return params
 
 
+def cmdline_managed(state: CmdlineState, bootloader: str) -> bool:
+    """Whether gpunode persists the cmdline here: a forced bootloader, or one found (a
+    container or a boot gpunode does not manage has neither file: nothing to reboot for)."""
+    return bootloader != "auto" or state.grub_default_text is not None or state.systemd_boot
+
+
 def boot_plan(profile: NodeProfile) -> BootPlan:
     """Read CPU and cmdline facts and compute the boot parameters of this host."""
     cpu = as_model(CpuState, cached_fact(CpuPower))
-    booted = as_model(CmdlineState, cached_fact(KernelCmdline)).booted
+    state = as_model(CmdlineState, cached_fact(KernelCmdline))
     params = wanted_cmdline(profile, cpu)
-    return BootPlan(params=params, pending=missing_params(booted, params))
+    pending = missing_params(state.booted, params) if cmdline_managed(
+        state, profile.bootloader) else {}
+    return BootPlan(params=params, pending=pending)
 
 
 def pending_reboot_reasons(plan: BootPlan, pin: KernelPin | None) -> list[str]:

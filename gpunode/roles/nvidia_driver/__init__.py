@@ -11,7 +11,6 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 from pyinfra import host, logger
 from pyinfra.api import deploy
-from pyinfra.facts.files import Sha1File
 from pyinfra.operations import server
 
 from gpunode.roles.facts.apt import AptHolds
@@ -19,6 +18,7 @@ from gpunode.roles.facts.bundle import FactRead
 from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.facts.dpkg import InstalledPackages, upstream_version
 from gpunode.roles.facts.nvidia import NvidiaDriverVersion
+from gpunode.roles.facts.owned import OwnedFiles
 from gpunode.roles.facts.sections import fact_data
 from gpunode.roles.ops.apt import apt_hold
 from gpunode.roles.ops.files import template_file
@@ -69,7 +69,7 @@ def nvidia_driver_reads(profile: NodeProfile) -> list[FactRead]:
     if profile.nvidia_driver is None:
         return []
     return [FactRead(InstalledPackages, {"patterns": NVIDIA_PATTERNS}),
-            FactRead(NvidiaDriverVersion), FactRead(Sha1File, {"path": PREFERENCES_FILE}),
+            FactRead(NvidiaDriverVersion), FactRead(OwnedFiles, {"paths": [PREFERENCES_FILE]}),
             FactRead(AptHolds)]
 
 

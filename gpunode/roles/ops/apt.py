@@ -10,6 +10,7 @@ from pyinfra.operations import apt
 from gpunode.roles.facts.apt import AptHolds
 from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.facts.dpkg import InstalledPackages
+from gpunode.roles.ops.changes import report_change
 
 
 @operation()
@@ -28,6 +29,8 @@ def packages_present(packages: list[str]):
     if not missing:
         host.noop(f"{' '.join(packages)} installed")
         return
+    for package in missing:
+        report_change(f"package {package}", "not installed", "installed", where="apt")
     yield from apt.packages._inner(packages=missing)
 
 
@@ -42,6 +45,9 @@ def apt_hold(packages: list[str], held: bool = True):
     holds = set(cached_fact(AptHolds) or [])
     todo = [p for p in packages if (p in holds) != held]
     if todo:
+        for package in todo:
+            report_change(f"apt-mark {package}", "not held" if held else "held",
+                          "held" if held else "not held")
         yield StringCommand("apt-mark", "hold" if held else "unhold", *todo)
     else:
         host.noop(f"{' '.join(packages)} already {'held' if held else 'not held'}")

@@ -3,8 +3,10 @@
 GRUB hosts: GRUB_CMDLINE_LINUX_DEFAULT in /etc/default/grub, then update-grub.
 systemd-boot hosts (Proxmox on ZFS/EFI): /etc/kernel/cmdline, then proxmox-boot-tool refresh.
 Each wanted `key=value` is set once (replaced in place or appended); the user's other tokens
-and lines stay. The old file is kept as <file>.gpunode-bak; if the bootloader update fails the
-old file is put back and the run fails with the tool's name.
+and lines stay. The file as gpunode first found it is kept for good under
+/var/lib/gpunode/originals/ (undo puts it back), each replaced version under
+/var/lib/gpunode/backups/ (newest five); if the bootloader update fails the old file is put back
+from that backup and the run fails with the tool's name.
 """
 
 from __future__ import annotations
@@ -19,16 +21,20 @@ from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operat
 
 from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.facts.cmdline import (
+    GRUB_CMDLINE_VAR,
     GRUB_DEFAULT_FILE,
     KERNEL_CMDLINE_FILE,
     CmdlineState,
     KernelCmdline,
     edit_grub_default,
+    grub_cmdline_value,
     merge_cmdline,
     split_cmdline,
+    token_key,
 )
 from gpunode.roles.facts.sections import as_model
-from gpunode.roles.ops.files import BACKUP_SUFFIX
+from gpunode.roles.ops.changes import report_change, shorten
+from gpunode.roles.ops.files import backup_command, keep_original_command, latest_backup
 
 _GRUB_DEFAULT_LINE = re.compile(r"^[ \t]*GRUB_DEFAULT=.*$", re.MULTILINE)
 
@@ -44,16 +50,19 @@ def set_grub_default_entry(text: str, entry: str) -> str:
 
 
 def replace_with_rollback(dest: str, text: str, refresh: str) -> list[Any]:
-    """Back up dest, rename the new text over it, refresh; on failure put the backup back."""
-    temp, backup = f"{dest}.gpunode-new", f"{dest}{BACKUP_SUFFIX}"
-    q_dest, q_temp, q_backup = shlex.quote(dest), shlex.quote(temp), shlex.quote(backup)
+    """Keep the original, back up dest, rename the new text over it, refresh; on failure put
+    the backup back."""
+    temp = f"{dest}.gpunode-new"
+    q_dest, q_temp = shlex.quote(dest), shlex.quote(temp)
     return [
+        keep_original_command(dest),
+        backup_command(dest),
         FileUploadCommand(StringIO(text), temp),
         StringCommand(f"chown root:root {q_temp} && chmod 644 {q_temp}"),
-        StringCommand(f"cp -p {q_dest} {q_backup} && mv -f {q_temp} {q_dest}"),
+        StringCommand(f"mv -f {q_temp} {q_dest}"),
         StringCommand(
-            f"{refresh} || {{ cp -p {q_backup} {q_dest}; "
-            f"echo 'gpunode: {refresh.split()[0]} failed; {dest} restored from {backup}' >&2; "
+            f"{refresh} || {{ cp -p {latest_backup(dest)} {q_dest}; "
+            f"echo 'gpunode: {refresh.split()[0]} failed; {dest} restored from its backup' >&2; "
             "exit 1; }"
         ),
     ]
@@ -67,6 +76,33 @@ def new_grub_text(state: CmdlineState, params: dict[str, str | None], entry: str
     text = state.grub_default_text or ""
     text = edit_grub_default(text, merge_cmdline(state.configured, params))
     return set_grub_default_entry(text, entry) if entry else text
+
+
+def token_changes(old: list[str], new: list[str]) -> list[tuple[str, str | None, str | None]]:
+    """(key, old token, new token) for each parameter added, replaced or dropped."""
+    old_by_key = {token_key(t): t for t in old}
+    new_by_key = {token_key(t): t for t in new}
+    out: list[tuple[str, str | None, str | None]] = []
+    for key, token in new_by_key.items():
+        if old_by_key.get(key) != token:
+            out.append((key, old_by_key.get(key), token))
+    out += [(key, token, None) for key, token in old_by_key.items() if key not in new_by_key]
+    return out
+
+
+def report_cmdline_changes(old: list[str], new: list[str], where: str) -> None:
+    """One line per cmdline parameter that changes in the bootloader config."""
+    for key, before, after in token_changes(old, new):
+        report_change(f"cmdline {key}", before or "(absent)", after or "(removed)",
+                      where=f"{where}; live after reboot")
+
+
+def report_grub_entry(old_text: str, new_text: str) -> None:
+    old, new = grub_cmdline_value(old_text, "GRUB_DEFAULT"), grub_cmdline_value(new_text,
+                                                                                "GRUB_DEFAULT")
+    if old != new:
+        report_change("GRUB_DEFAULT", shorten(old or "(unset)"), shorten(new, 50),
+                      where=GRUB_DEFAULT_FILE)
 
 
 @operation()
@@ -92,6 +128,7 @@ def kernel_cmdline(
         tokens = split_cmdline(state.kernel_cmdline_text)
         wanted = merge_cmdline(tokens, params)
         if wanted != tokens:
+            report_cmdline_changes(tokens, wanted, KERNEL_CMDLINE_FILE)
             yield from replace_with_rollback(
                 KERNEL_CMDLINE_FILE, " ".join(wanted) + "\n", "proxmox-boot-tool refresh"
             )
@@ -111,6 +148,9 @@ def kernel_cmdline(
         )
     text = new_grub_text(state, params, grub_default_entry)
     if text != state.grub_default_text:
+        report_cmdline_changes(state.configured, split_cmdline(grub_cmdline_value(text)),
+                               f"{GRUB_DEFAULT_FILE} {GRUB_CMDLINE_VAR}")
+        report_grub_entry(state.grub_default_text, text)
         yield from replace_with_rollback(GRUB_DEFAULT_FILE, text, "update-grub")
     else:
         host.noop(f"{GRUB_DEFAULT_FILE} already has the parameters")

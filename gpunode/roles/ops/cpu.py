@@ -12,6 +12,7 @@ from pyinfra.api import StringCommand, operation
 from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.facts.cpu import CPU_SYSFS, CpuPower, CpuState, IdleState
 from gpunode.roles.facts.sections import as_model
+from gpunode.roles.ops.changes import report_change
 
 
 def states_to_disable(states: list[IdleState], max_cstate: int) -> list[IdleState]:
@@ -67,6 +68,8 @@ def cstate_cap(max_cstate: int = 1):
     cpu = as_model(CpuState, cached_fact(CpuPower))
     deeper = states_to_disable(cpu.idle_states, max_cstate)
     for index, cpus in sorted(cpus_by_state(deeper).items()):
+        report_change(f"cpuidle state{index} disable on {len(cpus)} CPU(s)", "0", "1",
+                      where="runtime; boot unit")
         yield StringCommand(sysfs_loop(cpus, f"cpuidle/state{index}/disable", "1"))
     if not deeper:
         if not cpu.idle_states:
@@ -94,6 +97,9 @@ def cpu_governor(governor: str = "performance"):
         return
     cpus = [c for c, g in cpu.governors.items() if g != governor]
     if cpus:
+        old = ",".join(sorted({cpu.governors[c] for c in cpus}))
+        report_change(f"cpufreq governor on {len(cpus)} CPU(s)", old, governor,
+                      where="runtime; boot unit")
         yield StringCommand(sysfs_loop(cpus, "cpufreq/scaling_governor", governor))
     else:
         host.noop(f"governor {governor} on all {len(cpu.governors)} CPUs")

@@ -1,9 +1,13 @@
 """Files gpunode owns whole: rendered from gpunode/templates/ (package data), written
-atomically, old copy kept.
+atomically, the original kept for good, later versions rotated.
 
 pyinfra's files.template writes over SFTP straight into the destination when connected as
 root, so a cut connection can leave half a file; here the text goes to a temporary file beside
-the destination and is renamed over it, and a differing old file is kept as a backup first.
+the destination and is renamed over it. Before gpunode's first change of a path, the file as it
+was (or the fact that there was none) is kept under /var/lib/gpunode/originals/ and never
+rotated (undo puts it back); each later change keeps the replaced version under
+/var/lib/gpunode/backups/ (newest five). Mode and owner are checked too: a file whose content
+is right but whose mode or owner drifted is repaired with chmod/chown.
 """
 
 from __future__ import annotations
@@ -17,11 +21,18 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, StrictUndefined
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, StringCommand, operation
-from pyinfra.facts.files import Sha1File
+from pyinfra.facts.files import FileContents
 
 from gpunode.roles.facts.cache import cached_fact
-
-BACKUP_SUFFIX = ".gpunode-bak"
+from gpunode.roles.facts.owned import (
+    ABSENT_SUFFIX,
+    BACKUPS_KEPT,
+    OwnedFiles,
+    backup_prefix,
+    file_state,
+    original_path,
+)
+from gpunode.roles.ops.changes import diff_enabled, log_file_diff, report_change
 
 _environment = Environment(
     loader=PackageLoader("gpunode", "templates"),
@@ -41,40 +52,84 @@ def sha1_text(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()
 
 
-def atomic_write_commands(
-    text: str, dest: str, mode: str, exists: bool, after: str | None = None
-) -> list[Any]:
-    """Upload beside dest, back up the old file, rename over it; run `after` on success."""
+def keep_original_command(dest: str) -> StringCommand:
+    """Keep dest as gpunode first found it (or mark it absent), once: later runs keep that."""
+    orig = original_path(dest)
+    q_dest, q_orig = shlex.quote(dest), shlex.quote(orig)
+    q_absent = shlex.quote(orig + ABSENT_SUFFIX)
+    return StringCommand(
+        f"if [ ! -e {q_orig} ] && [ ! -e {q_absent} ]; then "
+        f"mkdir -p {shlex.quote(str(Path(orig).parent))} && "
+        f"if [ -e {q_dest} ]; then cp -p {q_dest} {q_orig}; else : > {q_absent}; fi; fi"
+    )
+
+
+def backup_command(dest: str, keep: int = BACKUPS_KEPT) -> StringCommand:
+    """Copy dest to backups/<dest>.<UTC time>; keep the newest `keep` of them."""
+    prefix = backup_prefix(dest)
+    q_dest, q_prefix = shlex.quote(dest), shlex.quote(prefix)
+    return StringCommand(
+        f"if [ -e {q_dest} ]; then mkdir -p {shlex.quote(str(Path(prefix).parent))} && "
+        f"cp -p {q_dest} {q_prefix}.$(date -u +%Y%m%dT%H%M%S.%NZ) && "
+        f"{{ ls -1d {q_prefix}.2* | head -n -{keep} | xargs -r rm -f --; }}; fi"
+    )
+
+
+def latest_backup(dest: str) -> str:
+    """Shell expression: the newest rotating backup of dest."""
+    return f"$(ls -1d {shlex.quote(backup_prefix(dest))}.2* | tail -n 1)"
+
+
+def atomic_write_commands(text: str, dest: str, mode: str, after: str | None = None) -> list[Any]:
+    """Keep the original, back up the old file, upload beside dest, rename over it; `after`."""
     temp = f"{dest}.gpunode-new"
     q_dest, q_temp = shlex.quote(dest), shlex.quote(temp)
     commands: list[Any] = [
         StringCommand(f"mkdir -p {shlex.quote(str(Path(dest).parent))}"),
+        keep_original_command(dest),
+        backup_command(dest),
         FileUploadCommand(StringIO(text), temp),
         StringCommand(f"chown root:root {q_temp} && chmod {mode} {q_temp}"),
+        StringCommand(f"mv -f {q_temp} {q_dest}"),
     ]
-    if exists:
-        commands.append(StringCommand(f"cp -p {q_dest} {shlex.quote(dest + BACKUP_SUFFIX)}"))
-    commands.append(StringCommand(f"mv -f {q_temp} {q_dest}"))
     if after:
         commands.append(StringCommand(after))
     return commands
 
 
+def _report_content_change(dest: str, exists: bool, text: str) -> None:
+    lines = len(text.splitlines())
+    report_change(dest, "content differs" if exists else "(absent)", f"{lines} lines",
+                  where=None if diff_enabled() else "--diff shows the content")
+    if diff_enabled():
+        old = "\n".join(cached_fact(FileContents, path=dest) or []) + "\n" if exists else None
+        log_file_diff(dest, old, text)
+
+
 @operation()
 def owned_file(dest: str, text: str, mode: str = "644", after: str | None = None):
     """
-    Make dest hold exactly text (root-owned, atomic rename, previous version kept).
+    Make dest hold exactly text, root-owned with mode (atomic rename, original kept).
 
     + dest: remote path
     + text: the whole content
     + mode: octal mode
-    + after: shell command run after a change (e.g. `systemctl daemon-reload`)
+    + after: shell command run after a content change (e.g. `systemctl daemon-reload`)
     """
-    remote_sha = cached_fact(Sha1File, path=dest)
-    if remote_sha == sha1_text(text):
+    current = file_state(cached_fact(OwnedFiles, paths=[dest]), dest)
+    if current is None or current.sha1 != sha1_text(text):
+        _report_content_change(dest, current is not None, text)
+        yield from atomic_write_commands(text, dest, mode, after=after)
+        return
+    drift = current.drift(mode)
+    if not drift:
         host.noop(f"{dest} is up to date")
         return
-    yield from atomic_write_commands(text, dest, mode, exists=remote_sha is not None, after=after)
+    for item in drift:
+        setting, _, values = item.partition(" ")
+        old, _, new = values.partition(" -> ")
+        report_change(f"{dest} {setting}", old, new)
+    yield StringCommand(f"chown root:root {shlex.quote(dest)} && chmod {mode} {shlex.quote(dest)}")
 
 
 def template_file(

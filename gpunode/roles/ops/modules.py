@@ -14,6 +14,7 @@ from pyinfra.api import OperationError, StringCommand, operation
 from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.facts.kernel_params import KernelParams, KernelParamsState
 from gpunode.roles.facts.sections import as_model
+from gpunode.roles.ops.changes import report_change
 
 # Modules that only make sense with a given kind of device present.
 NEEDS_RDMA = frozenset({"nvidia_peermem"})
@@ -83,6 +84,7 @@ def kernel_modules(modules: list[str], required: list[str] | None = None):
             "stack, or remove them from required_modules."
         )
     for name in plan.load:
+        report_change(f"module {name}", "not loaded", "loaded", where="runtime; modprobe")
         yield StringCommand("modprobe", name)
     if not plan.load:
         skipped = "; ".join(f"{m} {why}" for m, why in plan.not_applicable.items())

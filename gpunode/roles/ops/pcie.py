@@ -17,6 +17,7 @@ from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.facts.pcie import PcieDevice, PcieDevices, matches
 from gpunode.roles.facts.pcie_refusals import REFUSED_DIR, MaxReadReqRefusals
 from gpunode.roles.facts.sections import as_models, fact_data
+from gpunode.roles.ops.changes import report_change
 from gpunode.roles.profile.node import MAX_READ_REQUEST_SIZES, PcieSelector
 
 MRRS_MASK = 0x7000
@@ -72,6 +73,11 @@ def write_and_verify_command(bdf: str, size: int) -> str:
     )
 
 
+def short_bdf(bdf: str) -> str:
+    """'0000:41:00.0' -> '41:00.0' (the domain only when it is not 0000)."""
+    return bdf[5:] if bdf.startswith("0000:") else bdf
+
+
 def refusal_note(devices: list[PcieDevice], size: int) -> str:
     return "; ".join(
         f"device {d.bdf} did not accept MaxReadReq={size} (reads {d.devctl_max_read_req})"
@@ -92,6 +98,8 @@ def max_read_request(selector: PcieSelector, size: int = 4096):
     refused = dict(fact_data(cached_fact(MaxReadReqRefusals)) or {})
     todo, refusing = devices_to_write(devices, selector, size, refused)
     for device in todo:
+        report_change(f"setpci {short_bdf(device.bdf)} MaxReadReq",
+                      str(device.devctl_max_read_req), str(size), where="runtime; boot unit")
         yield StringCommand(write_and_verify_command(device.bdf, size))
     if not todo:
         matched = len(selected_devices(devices, selector))

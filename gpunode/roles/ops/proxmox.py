@@ -8,6 +8,7 @@ from pyinfra.api import StringCommand, operation
 from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.facts.proxmox import ProxmoxBootInfo, ProxmoxBootTool
 from gpunode.roles.facts.sections import as_model
+from gpunode.roles.ops.changes import report_change
 
 
 @operation()
@@ -21,4 +22,6 @@ def kernel_pin(version: str):
     if info.pinned == version:
         host.noop(f"kernel {version} already pinned")
         return
+    report_change("proxmox-boot-tool kernel pin", info.pinned or "(none)", version,
+                  where="next boot")
     yield StringCommand("proxmox-boot-tool", "kernel", "pin", version)

@@ -8,6 +8,7 @@ from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 from pyinfra.operations import systemd
 
 from gpunode.roles.facts.cache import cached_fact
+from gpunode.roles.ops.changes import report_change
 
 
 @operation()
@@ -25,4 +26,6 @@ def unit_enabled_and_running(unit: str):
     if active and enabled:
         host.noop(f"{unit} is enabled and active")
         return
+    state = f"{'enabled' if enabled else 'disabled'}, {'active' if active else 'inactive'}"
+    report_change(unit, state, "enabled, active", where="systemd")
     yield from systemd.service._inner(service=unit, running=True, enabled=True)

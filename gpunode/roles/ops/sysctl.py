@@ -26,6 +26,7 @@ from gpunode.roles.facts.kernel_params import (
     sysctl_path,
 )
 from gpunode.roles.facts.sections import as_model
+from gpunode.roles.ops.changes import report_change, shorten
 
 
 def sysctl_changes(
@@ -70,12 +71,14 @@ def write_and_verify_command(key: str, value: str, best_effort: bool) -> str:
 
 
 @operation()
-def sysctl_values(values: dict[str, str], best_effort: frozenset[str] = frozenset()):
+def sysctl_values(values: dict[str, str], best_effort: frozenset[str] = frozenset(),
+                  persisted_in: str | None = None):
     """
     Set sysctl values at runtime (`sysctl -w`), only where the live value differs.
 
     + values: key -> value ("4096 87380 134217728" for multi-value keys)
     + best_effort: keys whose write the kernel may refuse (a failure there is not an error)
+    + persisted_in: the file that persists them (named in the change line)
     """
     state = as_model(KernelParamsState, cached_fact(KernelParams, sysctl_keys=sorted(values),
                                                     modules=[]))
@@ -83,7 +86,9 @@ def sysctl_values(values: dict[str, str], best_effort: frozenset[str] = frozense
     missing = sorted(key for key in values if key not in live)
     refused = {k: v for k, v in state.sysctl_refused.items() if k in best_effort}
     changes = sysctl_changes(live, values, refused)
+    where = f"runtime; persisted in {persisted_in}" if persisted_in else "runtime"
     for key, value in changes.items():
+        report_change(key, shorten(live[key]), shorten(normalize_sysctl_value(value)), where)
         yield StringCommand(write_and_verify_command(key, value, key in best_effort))
     if not changes:
         notes = [f"not on this kernel: {', '.join(missing)}"] if missing else []

@@ -1,0 +1,153 @@
+"""What gpunode keeps on a node about itself, and the state of the files it writes.
+
+Layout under STATE_DIR (/var/lib/gpunode):
+- originals/<path>: each file gpunode edits or replaces, as it was before gpunode's first
+  change (`cp -p`: content, mode, owner); originals/<path>.absent when there was no file.
+  Written once, never rotated: undo puts these back.
+- backups/<path>.<UTC time>: the version each later change replaced; the newest BACKUPS_KEPT
+  are kept.
+- state.json: the runtime values found before the first apply (sysctls, loaded modules, apt
+  holds, boot unit), written once by the first apply (gpunode.roles.ops.state).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import Any
+
+from pyinfra.api import FactBase
+
+from gpunode.roles.facts.sections import FactModel
+
+STATE_DIR = "/var/lib/gpunode"
+ORIGINALS_DIR = f"{STATE_DIR}/originals"
+BACKUPS_DIR = f"{STATE_DIR}/backups"
+STATE_FILE = f"{STATE_DIR}/state.json"
+ABSENT_SUFFIX = ".absent"
+BACKUPS_KEPT = 5
+
+
+def original_path(path: str) -> str:
+    """Where the original of path is kept."""
+    return f"{ORIGINALS_DIR}{path}"
+
+
+def backup_prefix(path: str) -> str:
+    """Rotating backups of path are <prefix>.<UTC time>."""
+    return f"{BACKUPS_DIR}{path}"
+
+
+class FileState(FactModel):
+    """A regular file's content hash, mode and owner."""
+
+    sha1: str
+    mode: str
+    user: str
+    group: str
+
+    def drift(self, mode: str, user: str = "root", group: str = "root") -> list[str]:
+        """'mode 666 -> 644' / 'owner a:b -> root:root' where the file differs (else [])."""
+        out = []
+        if self.mode.lstrip("0") != mode.lstrip("0"):
+            out.append(f"mode {self.mode.zfill(4)} -> {mode.zfill(4)}")
+        if (self.user, self.group) != (user, group):
+            out.append(f"owner {self.user}:{self.group} -> {user}:{group}")
+        return out
+
+
+def parse_file_states(text: str) -> dict[str, FileState | None]:
+    """Lines 'PATH<TAB>SHA1<TAB>MODE USER GROUP' (or 'PATH<TAB>-' when absent)."""
+    states: dict[str, FileState | None] = {}
+    for line in text.splitlines():
+        parts = line.split("\t")
+        stat = parts[2].split() if len(parts) == 3 else []
+        if len(stat) == 3:
+            states[parts[0]] = FileState(sha1=parts[1], mode=stat[0], user=stat[1],
+                                         group=stat[2])
+        elif len(parts) == 2 and parts[1] == "-":
+            states[parts[0]] = None
+    return states
+
+
+def file_state_command(path: str) -> str:
+    q = shlex.quote(path)
+    return (
+        f"if [ -f {q} ]; then printf '%s\\t%s\\t%s\\n' {q} "
+        f"\"$(sha1sum < {q} | cut -d' ' -f1)\" \"$(stat -c '%a %U %G' {q})\"; "
+        f"else printf '%s\\t-\\n' {q}; fi"
+    )
+
+
+class OwnedFiles(FactBase):
+    """Content hash, mode and owner of each path (None for a path with no regular file)."""
+
+    def command(self, paths: list[str]) -> str:
+        return "; ".join(file_state_command(p) for p in paths) or "true"
+
+    def process(self, output: list[str]) -> dict[str, Any]:
+        return {path: (state.to_json() if state else None)
+                for path, state in parse_file_states("\n".join(output)).items()}
+
+    @staticmethod
+    def answers(cached: dict[str, Any], wanted: dict[str, Any]) -> bool:
+        """A read of more paths answers a read of some of them."""
+        return set(wanted.get("paths", [])) <= set(cached.get("paths", []))
+
+
+def file_state(value: Any, path: str) -> FileState | None:
+    """The FileState of path from an OwnedFiles value (fixtures give plain dicts)."""
+    data = getattr(value, "data", value) or {}
+    raw = data.get(path)
+    return FileState.model_validate(raw) if raw else None
+
+
+class NodeState(FactModel):
+    """state.json: what the node was like before gpunode's first apply."""
+
+    version: int = 1
+    recorded: str = ""
+    sysctls: dict[str, str] = {}
+    modules_loaded: list[str] = []
+    holds: list[str] = []
+    boot_unit_enabled: bool = False
+    cmdline: list[str] = []
+
+
+class RecordedState(FactBase):
+    """The node's state.json (None when gpunode never applied there, or it is unreadable)."""
+
+    def command(self) -> str:
+        return f"cat {STATE_FILE} 2>/dev/null; true"
+
+    def process(self, output: list[str]) -> dict[str, Any] | None:
+        text = "\n".join(output).strip()
+        if not text:
+            return None
+        try:
+            return NodeState.model_validate(json.loads(text)).to_json()
+        except ValueError:
+            return None
+
+
+class KeptOriginals(FactBase):
+    """For each path: 'file' (original kept), 'absent' (there was none) or None (not kept)."""
+
+    def command(self, paths: list[str]) -> str:
+        parts = []
+        for path in paths:
+            orig = shlex.quote(original_path(path))
+            absent = shlex.quote(original_path(path) + ABSENT_SUFFIX)
+            parts.append(
+                f"if [ -f {orig} ]; then k=file; elif [ -e {absent} ]; then k=absent; "
+                f"else k=none; fi; printf '%s\\t%s\\n' {shlex.quote(path)} \"$k\""
+            )
+        return "; ".join(parts) or "true"
+
+    def process(self, output: list[str]) -> dict[str, str | None]:
+        kept: dict[str, str | None] = {}
+        for line in output:
+            path, _, kind = line.partition("\t")
+            if path:
+                kept[path] = None if kind == "none" else kind
+        return kept

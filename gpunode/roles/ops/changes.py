@@ -1,0 +1,113 @@
+"""Value-level change lines: what an operation will change (with --dry) or changes, old -> new.
+
+Each gpunode operation that yields commands also calls report_change() once per setting:
+
+    [lab] change: kernel.numa_balancing 1 -> 0 (runtime; persisted in /etc/sysctl.d/90-gpunode.conf)
+
+The line is logged once per host and run (pyinfra evaluates an operation twice: change
+detection, then execution), and kept on the state as a Change, so an end-of-run summary can
+list them per host (changes_of()). With --diff, file content changes are also printed as a
+unified diff (file_diff_lines()).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyinfra import host, logger
+from pyinfra.context import ctx_state
+from pyinfra.operations.util.files import generate_color_diff
+
+_STATE_ATTRIBUTE = "_gpunode_changes"
+_DIFFS_ATTRIBUTE = "_gpunode_diffs_shown"
+WIDTH = 100
+
+
+@dataclass(frozen=True)
+class Change:
+    """One setting that changes on one host."""
+
+    host: str
+    setting: str
+    old: str | None = None
+    new: str | None = None
+    where: str | None = None
+
+    def line(self) -> str:
+        """'setting old -> new (where)', or 'setting: new' when there is no old value."""
+        if self.old is None and self.new is not None:
+            text = f"{self.setting}: {self.new}"
+        elif self.old is None:
+            text = self.setting
+        else:
+            text = f"{self.setting} {self.old} -> {self.new}"
+        return f"{text} ({self.where})" if self.where else text
+
+
+def _store() -> dict[str, list[Change]] | None:
+    if not ctx_state.isset():
+        return None
+    state = ctx_state.get()
+    store = getattr(state, _STATE_ATTRIBUTE, None)
+    if store is None:
+        store = {}
+        try:
+            setattr(state, _STATE_ATTRIBUTE, store)
+        except AttributeError:  # a test double without attributes
+            return None
+    return store
+
+
+def changes_of(state, host_name: str) -> list[Change]:
+    """The changes reported for a host in this run, in order."""
+    return list(getattr(state, _STATE_ATTRIBUTE, {}).get(host_name, []))
+
+
+def shorten(text: str, width: int = 40) -> str:
+    """Long values ('4096 87380 134217728 ...') cut to width with an ellipsis."""
+    return text if len(text) <= width else text[: width - 3] + "..."
+
+
+def report_change(setting: str, old: str | None = None, new: str | None = None,
+                  where: str | None = None) -> Change:
+    """Log the change once per host and run, and keep it for the summary."""
+    change = Change(host=host.name, setting=setting, old=old, new=new, where=where)
+    store = _store()
+    if store is not None:
+        seen = store.setdefault(host.name, [])
+        if change in seen:
+            return change
+        seen.append(change)
+    _log(f"change: {change.line()}")
+    return change
+
+
+def _log(message: str) -> None:
+    prefix = getattr(host, "print_prefix", None) or f"[{host.name}] "
+    logger.info(f"{prefix}{message}")
+
+
+def diff_enabled() -> bool:
+    return bool(ctx_state.isset() and getattr(ctx_state.get().config, "DIFF", False))
+
+
+def file_diff_lines(old_text: str | None, new_text: str) -> list[str]:
+    """Unified diff lines (pyinfra's own colouring) from the old content to the new."""
+    old_lines = (old_text or "").splitlines(keepends=True)
+    return list(generate_color_diff(old_lines, new_text.splitlines(keepends=True)))
+
+
+def log_file_diff(path: str, old_text: str | None, new_text: str) -> None:
+    """With --diff: the content change of path, once per host and run."""
+    if ctx_state.isset():
+        seen = getattr(ctx_state.get(), _DIFFS_ATTRIBUTE, None)
+        if seen is None:
+            seen = set()
+            setattr(ctx_state.get(), _DIFFS_ATTRIBUTE, seen)
+        key = (host.name, path, old_text, new_text)
+        if key in seen:
+            return
+        seen.add(key)
+    _log(f"{'Will create' if old_text is None else 'Will modify'} {path}")
+    for line in file_diff_lines(old_text, new_text):
+        logger.info("      %s", line)
