@@ -1,6 +1,6 @@
 """Checks: profile vs live node, each with a status, the live value and the exact fix.
 
-Status ranks follow the node report (gpunode.roles.audit.model): P0 fixable at runtime, P1 needs a
+Status ranks follow the node report (gpunode.roles.profile.check): P0 fixable at runtime, P1 needs a
 reboot, P2 minor; "limit" is the hardware's own limit (nobody should chase it), "n/a" is not
 applicable or not present here.
 
@@ -22,7 +22,6 @@ from gpunode.roles.audit.gpu_checks import (
     check_pcie_links,
     check_rebar,
 )
-from gpunode.roles.audit.model import DEPLOY_FIX, STATUSES, Check, Status, ok
 from gpunode.roles.audit.snapshot import NodeSnapshot
 from gpunode.roles.audit.system_checks import (
     check_containers,
@@ -35,6 +34,7 @@ from gpunode.roles.facts.kernel_params import normalize_sysctl_value
 from gpunode.roles.ops.cpu import cpu_cmdline_params, states_to_disable
 from gpunode.roles.ops.modules import plan_modules
 from gpunode.roles.ops.pcie import refusal_note, selected_devices, setpci_mrrs_argument
+from gpunode.roles.profile.check import DEPLOY_FIX, STATUSES, Check, Status, ok
 from gpunode.roles.profile.node import NodeProfile
 
 __all__ = [

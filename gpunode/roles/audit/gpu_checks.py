@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 
 from gpunode.roles.audit.facts import GpuDetails
-from gpunode.roles.audit.model import Check, not_applicable, ok
 from gpunode.roles.audit.snapshot import NodeSnapshot
 from gpunode.roles.facts.nvidia import NvidiaGpu
 from gpunode.roles.facts.pcie import PcieDevice
+from gpunode.roles.profile.check import Check, not_applicable, ok
 from gpunode.roles.profile.node import NodeProfile
 
 GPU_CLASS_NAMES = ("VGA compatible controller", "3D controller", "Display controller")

@@ -17,34 +17,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pyinfra import host, logger, state
+from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
-from pyinfra.api.state import StateStage
 
 from gpunode.roles.audit.checks import audit_checks
-from gpunode.roles.audit.model import Check, open_count
 from gpunode.roles.audit.report import counts, render_table, write_reports
 from gpunode.roles.audit.snapshot import gather_snapshot
+from gpunode.roles.profile.check import Check, open_count
 from gpunode.roles.profile.node import NodeProfile
+from gpunode.roles.pyinfra_adapter import in_execute_stage, run_store
 
 REPORTS_ATTRIBUTE = "gpunode_audit_reports"
-
-
-def _real(obj: object) -> object:
-    """The object behind a pyinfra context proxy (tests pass plain objects)."""
-    get = getattr(obj, "_get_module", None)
-    return get() if callable(get) else obj
 
 
 def _reports() -> dict[str, list[Check]]:
     """This run's reports by host, kept on the pyinfra State (change detection and execution
     evaluate the operation twice; the node is read once)."""
-    real = _real(state)
-    reports = getattr(real, REPORTS_ATTRIBUTE, None)
-    if reports is None:
-        reports = {}
-        setattr(real, REPORTS_ATTRIBUTE, reports)
-    return reports
+    return run_store(REPORTS_ATTRIBUTE)
 
 
 def failure_message(host_name: str, checks: list[Check]) -> str:
@@ -90,7 +79,7 @@ def audit_node(profile: NodeProfile, formats: tuple[str, ...] = (), report_dir: 
         checks = audit_checks(profile, gather_snapshot(profile))
         reports[host.name] = checks
         report_node(host.name, checks, formats, report_dir)
-    if state.current_stage >= StateStage.Execute and open_count(checks):
+    if in_execute_stage() and open_count(checks):
         yield fail_host_command(failure_message(host.name, checks))
         return
     host.noop(f"audited: {open_count(checks)} open (P0/P1)")

@@ -10,10 +10,10 @@ import re
 
 from gpunode.roles.audit.facts import ContainerState
 from gpunode.roles.audit.gpu_checks import NOT_READ, lspci_gpus
-from gpunode.roles.audit.model import DEPLOY_FIX, Check, not_applicable, ok
 from gpunode.roles.audit.snapshot import NodeSnapshot
 from gpunode.roles.facts.cmdline import grub_cmdline_value
 from gpunode.roles.facts.dpkg import upstream_version
+from gpunode.roles.profile.check import DEPLOY_FIX, Check, not_applicable, ok
 from gpunode.roles.profile.container import cgroup_v1_fix
 from gpunode.roles.profile.node import NodeProfile
 

@@ -9,28 +9,15 @@ gate is deploy/audit.py.
 
 from __future__ import annotations
 
-from pyinfra import host, logger, state
+from pyinfra import host, logger
 from pyinfra.api import operation
-from pyinfra.api.state import StateStage
 
-from gpunode.roles.audit.checks import Check, audit_checks, tuning_checks
+from gpunode.roles.audit.checks import audit_checks, tuning_checks
 from gpunode.roles.audit.report import pending_lines
 from gpunode.roles.audit.snapshot import gather_snapshot
+from gpunode.roles.profile.check import summary_lines
 from gpunode.roles.profile.node import NodeProfile
-
-
-def summary_lines(host_name: str, checks: list[Check]) -> list[str]:
-    """One line per check that is open or minor (P0/P1/P2), then a count."""
-    lines = [
-        f"{host_name}: {c.status:5} {c.name}: {c.live}" + (f" -> {c.want}" if c.want else "")
-        + (f" [{c.fix}]" if c.fix else "")
-        for c in checks
-        if c.status in ("P0", "P1", "P2")
-    ]
-    passed = sum(c.status == "ok" for c in checks)
-    open_ = sum(c.open for c in checks)
-    lines.append(f"{host_name}: verified {passed}/{len(checks)} ok, {open_} open (P0/P1)")
-    return lines
+from gpunode.roles.pyinfra_adapter import in_execute_stage
 
 
 @operation(is_idempotent=True)
@@ -40,7 +27,7 @@ def verify_node(profile: NodeProfile):
 
     + profile: the host's NodeProfile
     """
-    if state.current_stage < StateStage.Execute:
+    if not in_execute_stage():
         host.noop("verify after the other operations ran")
         return
     snap = gather_snapshot(profile)

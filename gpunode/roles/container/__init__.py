@@ -24,9 +24,9 @@ from __future__ import annotations
 from pyinfra.api import deploy
 
 from gpunode.roles.container.defaults import ContainerSettings
-from gpunode.roles.nvidia_driver import NVIDIA_PATTERNS, PREFERENCES_FILE
+from gpunode.roles.container.ops import nvidia_userspace, verify_container
 from gpunode.roles.ops.apt import apt_hold
-from gpunode.roles.ops.files import template_file
+from gpunode.roles.ops.nvidia_pin import nvidia_pin
 
 __all__ = ["container_driver"]
 
@@ -43,17 +43,9 @@ def container_driver(
     ``expected_gpus`` (else ``settings.gpus``, else the /dev/nvidiaN nodes present) is what
     nvidia-smi must list; ``container`` names it in messages (default: the pyinfra host).
     """
-    # Imported here: gpunode.roles.ops.lxc reads this package's facts and plan modules.
-    from gpunode.roles.ops.lxc import nvidia_userspace, verify_container
-
     settings = settings or ContainerSettings()
     packages = list(settings.nvidia_packages)
-    template_file(
-        "apt/90-gpunode-nvidia.pref.j2",
-        PREFERENCES_FILE,
-        version=host_driver_version,
-        patterns=NVIDIA_PATTERNS,
-    )
+    nvidia_pin(host_driver_version)
     nvidia_userspace(
         name=f"Install NVIDIA userspace {host_driver_version} (no kernel module)",
         version=host_driver_version,

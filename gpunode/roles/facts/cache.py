@@ -20,15 +20,14 @@ from collections import defaultdict
 from typing import Any
 
 from pyinfra import host as current_host
-from pyinfra.api.state import BaseStateCallback
-from pyinfra.context import ctx_state
 
 from gpunode.roles.facts.bundle import FactBundle, FactRead, bundle_values, bundleable
+from gpunode.roles.pyinfra_adapter import StateCallback, current_state, operation_changed
 
 _CACHE_ATTRIBUTE = "_gpunode_fact_cache"
 
 
-class FactCache(BaseStateCallback):
+class FactCache(StateCallback):
     """Per-state store of fact values, invalidated by changing operations."""
 
     def __init__(self) -> None:
@@ -50,7 +49,7 @@ class FactCache(BaseStateCallback):
     def settle(self, host_name: str) -> None:
         """Invalidate the host if an operation that finished since the last read changed it."""
         for state, host, op_hash in self.pending.pop(host_name, []):
-            if _op_changed(state, host, op_hash):
+            if operation_changed(state, host, op_hash):
                 self.invalidate(host_name)
                 return
 
@@ -59,14 +58,6 @@ class FactCache(BaseStateCallback):
 
     def operation_host_error(self, state, host, op_hash, *args) -> None:
         self.invalidate(host.name)
-
-
-def _op_changed(state, host, op_hash) -> bool:
-    try:
-        meta = state.ops[host][op_hash].operation_meta
-        return not meta.is_complete() or bool(meta.did_change())
-    except Exception:  # noqa: BLE001 - unknown shape: assume it changed (never serve stale)
-        return True
 
 
 def cache_for(state) -> FactCache | None:
@@ -84,7 +75,7 @@ def _key(host_name: str, generation: int, read: FactRead) -> tuple:
 
 
 def _current_cache() -> FactCache | None:
-    state = ctx_state.get() if ctx_state.isset() else None
+    state = current_state()
     return cache_for(state) if state is not None else None
 
 

@@ -14,7 +14,7 @@ What it changes and why:
 
 Entry point: ``lxc_gpu(specs)`` (``@deploy``), after ``validate.validate_container_hosts``
 checked every host's declared containers (host data ``gpunode_containers``) against its
-facts; deploy/containers.py does both. The operations are in ``gpunode.roles.ops.lxc``; the knobs
+facts; deploy/containers.py does both. The operations are in ``ops``; the knobs
 and their defaults in ``defaults``.
 
 The ``@pct/HOST:VMID`` connector (``connector``) then runs operations inside the
@@ -25,21 +25,17 @@ from __future__ import annotations
 
 from pyinfra.api import deploy
 
-from gpunode.roles.facts.cache import cached_fact
-from gpunode.roles.facts.sections import fact_data
-from gpunode.roles.lxc_gpu.facts import NvidiaDevices
-from gpunode.roles.lxc_gpu.passthrough import DeviceNode
+from gpunode.roles.lxc_gpu.ops import (
+    container_config_lines,
+    container_created,
+    container_options,
+    container_restarted,
+    host_devices,
+)
 from gpunode.roles.lxc_gpu.plan import desired_lxc_lines, lxc_line
 from gpunode.roles.profile.container import ContainerSpec
 
 __all__ = ["lxc_gpu"]
-
-
-def _host_devices() -> tuple[dict[str, int], list[DeviceNode]]:
-    fact = cached_fact(NvidiaDevices)
-    fact = fact_data(fact)
-    majors = {str(k): int(v) for k, v in dict(fact["majors"]).items()}
-    return majors, [DeviceNode(**dict(d)) for d in fact["devices"]]
 
 
 @deploy("gpunode: GPU containers")
@@ -48,17 +44,9 @@ def lxc_gpu(containers: list[ContainerSpec]) -> None:
 
     Validate the specs first (``gpunode.roles.lxc_gpu.validate``): this function trusts them.
     """
-    # Imported here: gpunode.roles.ops.lxc imports this package's modules.
-    from gpunode.roles.ops.lxc import (
-        container_config_lines,
-        container_created,
-        container_options,
-        container_restarted,
-    )
-
     if not containers:
         return
-    majors, devices = _host_devices()
+    majors, devices = host_devices()
     for spec in containers:
         label = f"container {spec.vmid} ({spec.hostname})"
         lines = [lxc_line(k, v) for k, v in desired_lxc_lines(spec, majors, devices)]

@@ -21,12 +21,8 @@ from gpunode.roles.facts.nvidia import NvidiaDriverVersion
 from gpunode.roles.facts.owned import OwnedFiles
 from gpunode.roles.facts.sections import fact_data
 from gpunode.roles.ops.apt import apt_hold
-from gpunode.roles.ops.files import template_file
+from gpunode.roles.ops.nvidia_pin import NVIDIA_PATTERNS, PREFERENCES_FILE, nvidia_pin
 from gpunode.roles.profile.node import NodeProfile
-
-NVIDIA_PATTERNS = ["nvidia-*", "libnvidia-*", "libcuda1", "libnvcuvid1", "cuda-drivers*",
-                   "firmware-nvidia-gsp*", "xserver-xorg-video-nvidia*"]
-PREFERENCES_FILE = "/etc/apt/preferences.d/90-gpunode-nvidia.pref"
 
 
 class DriverPlan(BaseModel):
@@ -81,14 +77,12 @@ def nvidia_driver(profile: NodeProfile) -> None:
     plan = driver_plan(profile.nvidia_driver)
     mismatch = plan.mismatch()
     if plan.matches:
-        template_file("apt/90-gpunode-nvidia.pref.j2", PREFERENCES_FILE,
-                      version=plan.wanted, patterns=NVIDIA_PATTERNS)
+        nvidia_pin(plan.wanted)
         apt_hold(name=f"Hold NVIDIA driver {plan.wanted} packages",
                  packages=sorted(plan.installed))
     elif profile.nvidia_driver_change:
         packages = sorted(plan.installed) or profile.nvidia_packages
-        template_file("apt/90-gpunode-nvidia.pref.j2", PREFERENCES_FILE,
-                      version=plan.wanted, patterns=NVIDIA_PATTERNS)
+        nvidia_pin(plan.wanted)
         apt_hold(name="Release NVIDIA holds for the change", packages=packages, held=False)
         server.shell(
             name=f"Install NVIDIA driver {plan.wanted}",

@@ -11,6 +11,7 @@ from gpunode.roles.facts.apt import AptHolds
 from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.facts.dpkg import InstalledPackages
 from gpunode.roles.ops.changes import report_change
+from gpunode.roles.pyinfra_adapter import inner_commands
 
 
 @operation()
@@ -31,7 +32,7 @@ def packages_present(packages: list[str]):
         return
     for package in missing:
         report_change(f"package {package}", "not installed", "installed", where="apt")
-    yield from apt.packages._inner(packages=missing)
+    yield from inner_commands(apt.packages, packages=missing)
 
 
 @operation()

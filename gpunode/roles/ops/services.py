@@ -9,6 +9,7 @@ from pyinfra.operations import systemd
 
 from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.ops.changes import report_change
+from gpunode.roles.pyinfra_adapter import inner_commands
 
 
 @operation()
@@ -28,4 +29,4 @@ def unit_enabled_and_running(unit: str):
         return
     state = f"{'enabled' if enabled else 'disabled'}, {'active' if active else 'inactive'}"
     report_change(unit, state, "enabled, active", where="systemd")
-    yield from systemd.service._inner(service=unit, running=True, enabled=True)
+    yield from inner_commands(systemd.service, service=unit, running=True, enabled=True)

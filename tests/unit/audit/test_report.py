@@ -5,7 +5,6 @@ import json
 import pytest
 
 from gpunode.roles.audit.checks import audit_checks
-from gpunode.roles.audit.model import Check, subject_of
 from gpunode.roles.audit.report import (
     exit_status,
     fold_ok,
@@ -18,6 +17,7 @@ from gpunode.roles.audit.report import (
     verdict,
     write_reports,
 )
+from gpunode.roles.profile.check import Check, subject_of
 
 from ._nodes import healthy, misconfigured
 

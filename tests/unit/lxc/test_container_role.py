@@ -8,7 +8,7 @@ from pyinfra.api import OperationError
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra_testing.util import FakeState, create_host
 
-import gpunode.roles.ops.lxc as ops
+import gpunode.roles.container.ops as ops
 from gpunode.roles.container.defaults import DEFAULT_PACKAGES, ContainerSettings
 from gpunode.roles.container.facts import (
     CONTAINER_GPU_STATE_COMMAND,

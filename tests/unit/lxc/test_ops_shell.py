@@ -7,7 +7,7 @@ import subprocess
 import pytest
 from pyinfra.api import FileUploadCommand
 
-import gpunode.roles.ops.lxc as lxc
+import gpunode.roles.lxc_gpu.ops as lxc
 
 pytestmark = pytest.mark.skipif(shutil.which("flock") is None, reason="needs util-linux flock")
 

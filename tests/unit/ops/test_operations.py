@@ -1,4 +1,5 @@
-"""Operation tests in pyinfra's own style: facts in -> commands out (fixtures/<op>/<case>.yaml).
+"""Operation tests in pyinfra's own style: facts in -> commands out
+(fixtures/<package>/<module>.<op>/<case>.yaml, the operation gpunode.roles.<package>.<module>.<op>).
 
 A converged case must yield no command and say why (noop_description).
 """
@@ -9,9 +10,10 @@ from pyinfra_testing.operations import make_operation_tests
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
-for _folder in sorted(FIXTURES.iterdir()):
-    _name = "Test_" + _folder.name.replace(".", "_")
-    globals()[_name] = make_operation_tests("gpunode.roles.ops", _folder.name, _folder)
+for _folder in sorted(FIXTURES.glob("*/*.*")):
+    _package = _folder.parent.name
+    _name = f"Test_{_package}_" + _folder.name.replace(".", "_")
+    globals()[_name] = make_operation_tests(f"gpunode.roles.{_package}", _folder.name, _folder)
 
 # pyinfra_testing's create_host names the fake host after the last fact it was given, so the
 # host name in expected error messages is that fact's key (e.g. "cmdline.KernelCmdline: ...").

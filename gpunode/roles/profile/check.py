@@ -1,5 +1,8 @@
 """The report's unit: one Check per setting or hardware fact, with its rank and its fix.
 
+Shared below the roles: the audit reports Checks, the deploys' verify steps (the host's
+verify_node, the container role's verify_container) print them.
+
 Ranks (tuned-adm verify + LBNL NHC + DCGM levels, folded into one scale):
 
 | status | meaning                                             | exit |
@@ -73,3 +76,17 @@ def subject_of(check: Check) -> str:
         if check.name.endswith(suffix):
             return check.name[: -len(suffix)]
     return ""
+
+
+def summary_lines(host_name: str, checks: list[Check]) -> list[str]:
+    """One line per check that is open or minor (P0/P1/P2), then a count."""
+    lines = [
+        f"{host_name}: {c.status:5} {c.name}: {c.live}" + (f" -> {c.want}" if c.want else "")
+        + (f" [{c.fix}]" if c.fix else "")
+        for c in checks
+        if c.status in ("P0", "P1", "P2")
+    ]
+    passed = sum(c.status == "ok" for c in checks)
+    open_ = sum(c.open for c in checks)
+    lines.append(f"{host_name}: verified {passed}/{len(checks)} ok, {open_} open (P0/P1)")
+    return lines

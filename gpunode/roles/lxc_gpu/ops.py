@@ -1,8 +1,5 @@
-"""Proxmox LXC operations: create a GPU container, converge its options and raw lxc.* lines,
-restart it only when allowed; inside the container, install the NVIDIA userspace driver at
-the host's exact version and read back what the container sees.
-
-On the Proxmox host (facts from gpunode.roles.lxc_gpu.facts):
+"""The lxc_gpu role's operations, on the Proxmox host: create a GPU container, converge its
+options and raw lxc.* lines, restart it only when allowed (facts from ``lxc_gpu.facts``):
 
 - ``container_created(spec)``: ``pct create`` (stopped), the GPU lines appended to the fresh
   config (a new file has no [snapshot] or [pve:pending] section yet), ``pct start``;
@@ -12,13 +9,6 @@ On the Proxmox host (facts from gpunode.roles.lxc_gpu.facts):
 - ``container_options(spec)``: ``pct set`` of the options that differ, ``pct resize`` to grow;
 - ``container_restarted(spec)``: ``pct reboot`` when the running container does not run its
   declared config and ``spec.restart_allowed``, else a "pending restart" report.
-
-Inside the container (reached with ``@pct`` or SSH):
-
-- ``nvidia_userspace(version, packages, container)``: apt pin + ``apt-get install
-  PKG=VERSION-*`` without recommends (no kernel module), or a refusal naming what apt offers;
-- ``verify_container(expected_gpus, host_driver_version)``: nvidia-smi -L count, ``ulimit -l``,
-  the driver libraries against the host's module; reports, changes nothing.
 
 Each one reads its facts when it runs (``cached_fact``: once per host until an operation
 changes it) and yields only what is needed; converged, it yields nothing and says why
@@ -32,15 +22,10 @@ from collections.abc import Sequence
 from io import StringIO
 from typing import Any
 
-from pyinfra import host, logger, state
+from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
 
-from gpunode.roles.audit.verify import summary_lines
-from gpunode.roles.container.defaults import DEFAULT_PACKAGES
-from gpunode.roles.container.facts import AptVersions, ContainerGpuState
-from gpunode.roles.container.plan import container_checks, install_command, userspace_plan
 from gpunode.roles.facts.cache import cached_fact
-from gpunode.roles.facts.dpkg import InstalledPackages
 from gpunode.roles.facts.sections import fact_data
 from gpunode.roles.lxc_gpu import pve_config
 from gpunode.roles.lxc_gpu.facts import LxcStartedConfig, NvidiaDevices, PctList, PveLxcConfigText
@@ -56,6 +41,7 @@ from gpunode.roles.profile.container import (
     pct_resize_args,
     pct_set_args,
 )
+from gpunode.roles.pyinfra_adapter import is_executing
 
 PVE_LXC_DIR = "/etc/pve/lxc"
 BACKUP_DIR = "/var/backups/gpunode/pve-lxc"
@@ -63,12 +49,12 @@ BACKUP_DIR = "/var/backups/gpunode/pve-lxc"
 LOCK_DIR = "/run/lock/lxc"
 
 
-
 def _spec(spec: ContainerSpec | dict) -> ContainerSpec:
     return spec if isinstance(spec, ContainerSpec) else ContainerSpec.model_validate(spec)
 
 
-def _host_devices() -> tuple[dict[str, int], list[DeviceNode]]:
+def host_devices() -> tuple[dict[str, int], list[DeviceNode]]:
+    """The host's NVIDIA /proc/devices majors and /dev/nvidia* nodes (NvidiaDevices)."""
     fact = fact_data(cached_fact(NvidiaDevices))
     majors = {str(k): int(v) for k, v in dict(fact["majors"]).items()}
     devices = [DeviceNode(**dict(d)) for d in fact["devices"]]
@@ -84,13 +70,6 @@ def _listed(vmid: int) -> dict | None:
 
 def config_path(vmid: int) -> str:
     return f"{PVE_LXC_DIR}/{int(vmid)}.conf"
-
-
-def _executing() -> bool:
-    return bool(getattr(state, "is_executing", False))
-
-
-# --- on the Proxmox host ---------------------------------------------------------------------
 
 
 def append_lines_command(vmid: int, lines: Sequence[str]) -> StringCommand:
@@ -120,7 +99,7 @@ def container_created(spec: ContainerSpec):
             )
         host.noop(f"container {spec.vmid} ({spec.hostname}) exists")
         return
-    majors, devices = _host_devices()
+    majors, devices = host_devices()
     lines = [lxc_line(k, v) for k, v in desired_lxc_lines(spec, majors, devices)]
     lines += [lxc_line(k, v) for k, v in spec.extra_lxc_entries]
     yield StringCommand(shlex.join(pct_create_args(spec)))
@@ -196,7 +175,7 @@ def container_config_lines(
         return
     refuse_if_locked(vmid, text)
     legacy = pve_config.cgroup_v1_entries(pve_config.parse_pve_lxc_config(text))
-    if legacy and not _executing():
+    if legacy and not is_executing():
         logger.warning(f"{host.name}: {cgroup_v1_warning(vmid, legacy)}")
     new_text = converged_config_text(text, lines, nvidia_majors, extra_lines or [])
     if new_text == text:
@@ -276,7 +255,7 @@ def container_restarted(spec: ContainerSpec):
         host.noop(f"container {spec.vmid} is {row.get('status')}: it applies its config "
                   "at its next start")
         return
-    majors, devices = _host_devices()
+    majors, devices = host_devices()
     reasons = restart_reasons(
         spec,
         cached_fact(PveLxcConfigText, vmid=spec.vmid),
@@ -294,74 +273,6 @@ def container_restarted(spec: ContainerSpec):
         f"pending restart: container {spec.vmid} ({spec.hostname}): {'; '.join(reasons)}. "
         f"Run `pct reboot {spec.vmid}` when its workload allows, or set restart_allowed: true"
     )
-    if _executing():
+    if is_executing():
         logger.warning(f"{host.name}: {message}")
     host.noop(message)
-
-
-# --- inside the container ----------------------------------------------------------------------
-
-
-@operation()
-def nvidia_userspace(version: str, packages: list[str], container: str = ""):
-    """
-    Install the NVIDIA userspace driver at exactly ``version``, without the kernel module.
-
-    + version: the host's driver version, e.g. 550.127.05
-    + packages: the userspace packages (gpunode.roles.container.defaults)
-    + container: a name for messages (default: the pyinfra host name)
-
-    The pin file (/etc/apt/preferences.d/90-gpunode-nvidia.pref) is written by the role
-    before this runs. When apt offers the version for every package: ``apt-get install
-    --no-install-recommends PKG=VERSION-*`` (recommends would pull nvidia-kernel-dkms). When
-    not, one ``apt-get update`` and a second look; then a refusal naming the container, the
-    host's version and the versions apt offers.
-    """
-    name = container or host.name
-    installed = dict(fact_data(cached_fact(InstalledPackages, patterns=packages)) or {})
-    available = dict(fact_data(cached_fact(AptVersions, packages=packages)) or {})
-    plan = userspace_plan(name, version, packages, installed, available)
-    if plan.ok:
-        host.noop(f"NVIDIA userspace {version} installed ({', '.join(packages)})")
-        return
-    if plan.refusal is not None:
-        # apt's lists may just be old (a fresh container has none): refresh once and look again.
-        # Offline or a broken source: carry on, the second look says what apt has.
-        yield StringCommand("apt-get update -q || true")
-        if not _executing():
-            yield install_command(packages, version)
-            return
-        # After apt-get update, inside this operation: read again, past the fact cache.
-        available = dict(fact_data(host.get_fact(AptVersions, packages=packages)) or {})
-        plan = userspace_plan(name, version, packages, installed, available)
-        if plan.refusal is not None:
-            raise OperationError(plan.refusal)
-    yield install_command(packages, version)
-
-
-@operation(is_idempotent=True)
-def verify_container(
-    expected_gpus: int | None = None,
-    host_driver_version: str | None = None,
-    packages: list[str] | None = None,
-):
-    """
-    Read the container back: nvidia-smi sees the passed GPUs, ``ulimit -l`` is unlimited,
-    the userspace driver equals the host's module. Reports; changes nothing.
-
-    + expected_gpus: GPUs the container should see (None: its /dev/nvidiaN nodes)
-    + host_driver_version: the host's module version (None: /proc/driver/nvidia/version)
-    + packages: the userspace packages to compare with it
-    """
-    if not _executing():
-        host.noop("verify after the other operations ran")
-        return
-    packages = packages or DEFAULT_PACKAGES
-    gpu_state = fact_data(cached_fact(ContainerGpuState))
-    installed = dict(fact_data(cached_fact(InstalledPackages, patterns=packages)) or {})
-    checks = container_checks(gpu_state, expected_gpus, host_driver_version, installed)
-    for line in summary_lines(host.name, checks):
-        is_open = any(f" {rank} " in line for rank in ("P0", "P1"))
-        (logger.warning if is_open else logger.info)(line)
-    host.noop(f"verified: {sum(c.open for c in checks)} open")
-    yield from ()

@@ -1,0 +1,88 @@
+"""The pyinfra internals gpunode relies on, in one place (the bottom layer: imports no gpunode).
+
+pyinfra's public API (``host``, ``state``, ``logger``, ``StringCommand``, ``FactBase``, the
+operations) is used where it is needed; what reaches past it is here, each behaviour pinned by
+tests/unit/test_pyinfra_adapter.py against the installed pyinfra (``pyinfra~=3.10`` in
+pyproject.toml), so an upgrade that changes one fails there and not in a deploy:
+
+- ``inner_commands``: the command generator behind a pyinfra operation (``op._inner``), to
+  reuse pyinfra's own operation inside a gpunode operation (pyinfra refuses nested calls);
+- ``is_executing`` / ``in_execute_stage``: whether the run is executing (``State.is_executing``,
+  set by pyinfra's run_ops) or the CLI reached its execute stage (``State.current_stage``);
+- ``operation_changed``: whether a finished operation changed its host
+  (``state.ops[host][op_hash].operation_meta``);
+- ``current_state`` / ``run_store``: the State of this run (``ctx_state``) and a dict kept on
+  it, behind pyinfra's context proxy (``_get_module``);
+- ``StateCallback``: the base class of a state callback handler (``add_callback_handler``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from pyinfra import state as _state_proxy
+from pyinfra.api.state import BaseStateCallback, State, StateStage
+from pyinfra.context import ctx_state
+
+__all__ = [
+    "StateCallback",
+    "current_state",
+    "in_execute_stage",
+    "inner_commands",
+    "is_executing",
+    "operation_changed",
+    "run_store",
+    "unproxied",
+]
+
+StateCallback = BaseStateCallback
+
+
+def inner_commands(op: Callable[..., Any], **kwargs: Any) -> Iterator[Any]:
+    """The commands pyinfra's operation ``op`` yields for kwargs on the current host, without
+    adding an operation (to yield from inside a gpunode operation)."""
+    yield from op._inner(**kwargs)  # type: ignore[attr-defined]
+
+
+def is_executing() -> bool:
+    """True while pyinfra runs the operations' commands (False in change detection, --dry,
+    and with no pyinfra state at all)."""
+    return bool(getattr(_state_proxy, "is_executing", False))
+
+
+def in_execute_stage() -> bool:
+    """True once the pyinfra CLI reached its execute stage (after change detection)."""
+    return _state_proxy.current_stage >= StateStage.Execute
+
+
+def operation_changed(state: Any, host: Any, op_hash: str) -> bool:
+    """Whether the operation op_hash changed host; True when pyinfra can't say (not complete,
+    or an unknown shape): a caller that caches must never serve a stale value."""
+    try:
+        meta = state.ops[host][op_hash].operation_meta
+        return not meta.is_complete() or bool(meta.did_change())
+    except Exception:  # noqa: BLE001 - unknown shape: assume it changed
+        return True
+
+
+def current_state() -> State | None:
+    """The State of the running deploy, or None outside one."""
+    return ctx_state.get() if ctx_state.isset() else None
+
+
+def unproxied(obj: object) -> object:
+    """The object behind a pyinfra context proxy (plain objects pass through)."""
+    get = getattr(obj, "_get_module", None)
+    return get() if callable(get) else obj
+
+
+def run_store(attribute: str) -> dict[str, Any]:
+    """A dict kept on this run's State under attribute (created on first use): what one
+    run computes once for both of pyinfra's evaluations of an operation."""
+    real = unproxied(_state_proxy)
+    store = getattr(real, attribute, None)
+    if store is None:
+        store = {}
+        setattr(real, attribute, store)
+    return store

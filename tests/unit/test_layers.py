@@ -1,0 +1,110 @@
+"""The package reads top-down: no import runs back up the layers.
+
+deploys -> roles/<role> -> roles/ops (generic operations) -> roles/facts, roles/profile (parsers
+and schema) -> roles/pyinfra_adapter (pyinfra's internals). A module imports its own layer or
+those below. A role may use another role's parsers and facts (audit reads lxc_gpu's config
+parser), never its deploy (the package's __init__), and no two roles use each other. Every
+import is read, those inside functions included.
+"""
+
+from __future__ import annotations
+
+import ast
+from graphlib import CycleError, TopologicalSorter
+from pathlib import Path
+
+import gpunode
+
+PACKAGE = Path(gpunode.__file__).parent
+RANKS = {
+    "gpunode.roles.pyinfra_adapter": 0,
+    "gpunode.roles.facts": 1,
+    "gpunode.roles.profile": 1,
+    "gpunode.roles.ops": 2,
+    "gpunode.deploys": 4,
+}
+ROLE_RANK = 3
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def layer(module: str) -> tuple[int, str]:
+    """(rank, group): group is the role package for a role's module."""
+    for prefix, rank in RANKS.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return rank, prefix
+    parts = module.split(".")
+    if module in ("gpunode", "gpunode.roles"):
+        return 0, "gpunode"
+    if parts[:2] == ["gpunode", "roles"] and len(parts) >= 3:
+        return ROLE_RANK, ".".join(parts[:3])
+    raise AssertionError(f"{module}: in no layer; add its folder to RANKS")
+
+
+def imports(module: str) -> set[str]:
+    """The gpunode modules that module imports (a `from pkg import submodule` names it)."""
+    tree = ast.parse(MODULES[module].read_text())
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("gpunode")}
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("gpunode"):
+            base = node.module or ""
+            subs = {f"{base}.{a.name}" for a in node.names if f"{base}.{a.name}" in MODULES}
+            found |= subs or {base}
+    return found
+
+
+def edges() -> list[tuple[str, str]]:
+    return [(m, target) for m in sorted(MODULES) for target in sorted(imports(m))]
+
+
+def test_every_module_is_in_a_layer():
+    for module in MODULES:
+        layer(module)
+
+
+def test_no_import_runs_back_up():
+    upward = [
+        f"{m} -> {t}" for m, t in edges() if layer(t)[0] > layer(m)[0]
+    ]
+    assert upward == []
+
+
+def test_a_role_uses_no_other_roles_deploy():
+    wrong = [
+        f"{m} -> {t}"
+        for m, t in edges()
+        if layer(m)[0] == layer(t)[0] == ROLE_RANK
+        and layer(m)[1] != layer(t)[1]
+        and t == layer(t)[1]
+    ]
+    assert wrong == []
+
+
+def test_roles_do_not_use_each_other():
+    uses: dict[str, set[str]] = {}
+    for m, t in edges():
+        (rank, group), (t_rank, t_group) = layer(m), layer(t)
+        if rank == t_rank == ROLE_RANK and group != t_group:
+            uses.setdefault(group, set()).add(t_group)
+    try:
+        tuple(TopologicalSorter(uses).static_order())
+    except CycleError as error:
+        raise AssertionError(f"roles use each other: {error.args[1]}") from None
+
+
+def test_the_check_finds_an_upward_import():
+    """The rule bites: an operation importing a role, a parser importing an operation."""
+    assert layer("gpunode.roles.container.ops")[0] > layer("gpunode.roles.ops.apt")[0]
+    assert layer("gpunode.roles.ops.apt")[0] > layer("gpunode.roles.facts.dpkg")[0]
+    assert layer("gpunode.roles.facts.cache")[0] > layer("gpunode.roles.pyinfra_adapter")[0]
+    assert "gpunode.roles.lxc_gpu.pve_config" in imports("gpunode.roles.lxc_gpu.ops")
