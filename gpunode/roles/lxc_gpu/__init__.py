@@ -30,9 +30,7 @@ from gpunode.roles.lxc_gpu.ops import (
     container_created,
     container_options,
     container_restarted,
-    host_devices,
 )
-from gpunode.roles.lxc_gpu.plan import desired_lxc_lines, lxc_line
 from gpunode.roles.profile.container import ContainerSpec
 
 __all__ = ["lxc_gpu"]
@@ -44,19 +42,11 @@ def lxc_gpu(containers: list[ContainerSpec]) -> None:
 
     Validate the specs first (``gpunode.roles.lxc_gpu.validate``): this function trusts them.
     """
-    if not containers:
-        return
-    majors, devices = host_devices()
     for spec in containers:
         label = f"container {spec.vmid} ({spec.hostname})"
-        lines = [lxc_line(k, v) for k, v in desired_lxc_lines(spec, majors, devices)]
         container_created(name=f"Create {label}", spec=spec)
         container_config_lines(
-            name=f"GPU lines of {label} in /etc/pve/lxc/{spec.vmid}.conf",
-            vmid=spec.vmid,
-            lines=lines,
-            nvidia_majors=majors,
-            extra_lines=list(spec.extra_lxc),
+            name=f"GPU lines of {label} in /etc/pve/lxc/{spec.vmid}.conf", spec=spec
         )
         container_options(name=f"Options of {label}", spec=spec)
         container_restarted(

@@ -11,6 +11,7 @@ pure function in this package so the parsing is tested on captured outputs.
   live node and survives across runs.
 - ``PveGuests``: every guest of the cluster (containers and VMs, all nodes) with its
   name, from the configs under /etc/pve/nodes; None on a host without ``pct``.
+- ``GpuNumaTopology``: the NUMA nodes' CPUs and each GPU's node (``numa``).
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from dataclasses import asdict, dataclass
 
 from pyinfra.api import FactBase
 
+from gpunode.roles.lxc_gpu.numa import GPU_NUMA_COMMAND, GpuNuma, parse_gpu_numa
 from gpunode.roles.lxc_gpu.passthrough import NVIDIA_DEVICES_COMMAND, parse_nvidia_device_fact
 
 __all__ = [
+    "GpuNumaTopology",
     "LxcStartedConfig",
     "NvidiaDevices",
     "PctList",
@@ -213,3 +216,18 @@ class PveGuests(FactBase):
             "node": parsed["node"],
             "guests": {vmid: asdict(g) for vmid, g in parsed["guests"].items()},
         }
+
+
+class GpuNumaTopology(FactBase):
+    """The NUMA nodes' CPUs and where the GPUs sit, as ``numa.GpuNuma`` (empty when the
+    host shows no NUMA node)."""
+
+    @staticmethod
+    def default() -> GpuNuma:
+        return GpuNuma()
+
+    def command(self) -> str:
+        return GPU_NUMA_COMMAND
+
+    def process(self, output) -> GpuNuma:
+        return parse_gpu_numa("\n".join(output))

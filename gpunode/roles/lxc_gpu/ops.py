@@ -3,9 +3,10 @@ options and raw lxc.* lines, restart it only when allowed (facts from ``lxc_gpu.
 
 - ``container_created(spec)``: ``pct create`` (stopped), the GPU lines appended to the fresh
   config (a new file has no [snapshot] or [pve:pending] section yet), ``pct start``;
-- ``container_config_lines(vmid, lines, nvidia_majors, extra_lines)``: /etc/pve/lxc/VMID.conf
-  with gpunode's lxc.* block converged, main section only, written atomically under
-  Proxmox's own config lock with the old file kept under /var/backups/gpunode/pve-lxc/;
+- ``container_config_lines(spec)``: /etc/pve/lxc/VMID.conf with the GPU lines taken over
+  (``lxc_gpu.takeover``: each hand-written GPU line kept, replaced, removed or left alone,
+  and the reason logged), main section only, written atomically under Proxmox's own config
+  lock with the old file kept under /var/backups/gpunode/pve-lxc/;
 - ``container_options(spec)``: ``pct set`` of the options that differ, ``pct resize`` to grow;
 - ``container_restarted(spec)``: ``pct reboot`` when the running container does not run its
   declared config and ``spec.restart_allowed``, else a "pending restart" report.
@@ -26,17 +27,24 @@ from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
 
 from gpunode.roles.facts.cache import cached_fact
-from gpunode.roles.facts.sections import fact_data
+from gpunode.roles.facts.proxmox import PveVersion, PveVersionFact
+from gpunode.roles.facts.sections import as_model, fact_data
 from gpunode.roles.lxc_gpu import pve_config
-from gpunode.roles.lxc_gpu.facts import LxcStartedConfig, NvidiaDevices, PctList, PveLxcConfigText
-from gpunode.roles.lxc_gpu.passthrough import DeviceNode, gpunode_owns
-from gpunode.roles.lxc_gpu.plan import desired_lxc_lines, lxc_line, parse_lxc_line, restart_reasons
+from gpunode.roles.lxc_gpu.facts import (
+    GpuNumaTopology,
+    LxcStartedConfig,
+    NvidiaDevices,
+    PctList,
+    PveLxcConfigText,
+)
+from gpunode.roles.lxc_gpu.numa import GpuNuma
+from gpunode.roles.lxc_gpu.passthrough import DeviceNode
+from gpunode.roles.lxc_gpu.plan import new_container_lines, restart_reasons, take_over
 from gpunode.roles.ops.files import sha1_text
 from gpunode.roles.profile.container import (
     ContainerSpec,
     cgroup_v1_warning,
     immutable_mismatches,
-    parse_extra_lxc_line,
     pct_create_args,
     pct_resize_args,
     pct_set_args,
@@ -59,6 +67,16 @@ def host_devices() -> tuple[dict[str, int], list[DeviceNode]]:
     majors = {str(k): int(v) for k, v in dict(fact["majors"]).items()}
     devices = [DeviceNode(**dict(d)) for d in fact["devices"]]
     return majors, devices
+
+
+def _gpu_facts() -> dict[str, Any]:
+    """The host facts beyond the device nodes: Proxmox's version (devN keys need 8.2) and
+    the GPUs' NUMA nodes (cpuset 'auto')."""
+    pve = as_model(PveVersion, cached_fact(PveVersionFact))
+    return {
+        "pve_version": pve.manager_version if pve.present else None,
+        "numa": as_model(GpuNuma, cached_fact(GpuNumaTopology)),
+    }
 
 
 def _listed(vmid: int) -> dict | None:
@@ -100,8 +118,7 @@ def container_created(spec: ContainerSpec):
         host.noop(f"container {spec.vmid} ({spec.hostname}) exists")
         return
     majors, devices = host_devices()
-    lines = [lxc_line(k, v) for k, v in desired_lxc_lines(spec, majors, devices)]
-    lines += [lxc_line(k, v) for k, v in spec.extra_lxc_entries]
+    lines = new_container_lines(spec, majors, devices, **_gpu_facts())
     yield StringCommand(shlex.join(pct_create_args(spec)))
     yield append_lines_command(spec.vmid, lines)
     yield StringCommand("pct", "start", str(spec.vmid))
@@ -134,54 +151,38 @@ def guarded_write_commands(vmid: int, old_text: str, new_text: str) -> list[Any]
     ]
 
 
-def converged_config_text(
-    text: str,
-    lines: Sequence[str],
-    nvidia_majors: dict[str, int],
-    extra_lines: Sequence[str] = (),
-) -> str:
-    """text with gpunode's block replaced by lines and extra_lines added when missing."""
-    config = pve_config.parse_pve_lxc_config(text)
-    block = [parse_lxc_line(line) for line in lines]
-    config = pve_config.with_raw_lxc_lines(config, block, gpunode_owns(nvidia_majors))
-    for line in extra_lines:
-        key, value = parse_extra_lxc_line(line)
-        config = pve_config.with_lxc_entry(config, key, value)
-    return pve_config.render(config)
-
-
 @operation()
-def container_config_lines(
-    vmid: int,
-    lines: list[str],
-    nvidia_majors: dict[str, int],
-    extra_lines: list[str] | None = None,
-):
+def container_config_lines(spec: ContainerSpec):
     """
-    Converge gpunode's raw lxc.* lines in /etc/pve/lxc/VMID.conf (main section only).
+    Take over the GPU lines of /etc/pve/lxc/VMID.conf (main section only).
 
-    + vmid: container id
-    + lines: gpunode's block, 'lxc.key: value' each (see lxc_gpu.plan.desired_lxc_lines)
-    + nvidia_majors: the host's /proc/devices majors: which allow lines gpunode owns
-    + extra_lines: more 'lxc.key: value' lines, added when missing
+    + spec: the ContainerSpec (or a mapping of its fields)
 
-    Lines gpunode doesn't own, comments, [pve:pending] and snapshot sections are kept byte
-    for byte; nothing is written when the text is already right. cgroup v1 lines
-    (``lxc.cgroup.*``, ignored on cgroup v2 hosts) are kept and reported with their fix.
+    Each GPU line already there is kept, replaced, removed or left alone, and the run logs
+    which and why (``lxc_gpu.takeover``); missing lines are added. Other lines, comments,
+    [pve:pending] and snapshot sections are kept byte for byte; nothing is written when
+    the text is already right. cgroup v1 lines (``lxc.cgroup.*``, ignored on cgroup v2
+    hosts) are kept and reported with their fix.
     """
-    text = cached_fact(PveLxcConfigText, vmid=vmid)
+    spec = _spec(spec)
+    text = cached_fact(PveLxcConfigText, vmid=spec.vmid)
     if text is None:
-        host.noop(f"container {vmid} does not exist yet: its lines go in when it is created")
+        host.noop(f"container {spec.vmid} does not exist yet: its lines go in when it is created")
         return
-    refuse_if_locked(vmid, text)
+    refuse_if_locked(spec.vmid, text)
     legacy = pve_config.cgroup_v1_entries(pve_config.parse_pve_lxc_config(text))
     if legacy and not is_executing():
-        logger.warning(f"{host.name}: {cgroup_v1_warning(vmid, legacy)}")
-    new_text = converged_config_text(text, lines, nvidia_majors, extra_lines or [])
+        logger.warning(f"{host.name}: {cgroup_v1_warning(spec.vmid, legacy)}")
+    majors, devices = host_devices()
+    result = take_over(text, spec, majors, devices, **_gpu_facts())
+    new_text = pve_config.render(result.config)
+    for decision in result.decisions:
+        if decision.action != "keep" or new_text != text:
+            logger.info(f"{host.name}: {config_path(spec.vmid)}: {decision}")
     if new_text == text:
-        host.noop(f"{config_path(vmid)}: lxc lines up to date")
+        host.noop(f"{config_path(spec.vmid)}: GPU lines up to date")
         return
-    yield from guarded_write_commands(vmid, text, new_text)
+    yield from guarded_write_commands(spec.vmid, text, new_text)
 
 
 def refuse_if_locked(vmid: int, config_text: str) -> None:
@@ -262,6 +263,7 @@ def container_restarted(spec: ContainerSpec):
         cached_fact(LxcStartedConfig, vmid=spec.vmid),
         majors,
         devices,
+        **_gpu_facts(),
     )
     if not reasons:
         host.noop(f"container {spec.vmid} runs its declared config")

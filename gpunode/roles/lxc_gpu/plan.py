@@ -26,7 +26,30 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from gpunode.roles.lxc_gpu import pve_config
-from gpunode.roles.lxc_gpu.passthrough import DeviceNode, gpu_passthrough_lines, gpunode_owns
+from gpunode.roles.lxc_gpu.numa import GpuNuma, local_cpuset
+from gpunode.roles.lxc_gpu.passthrough import (
+    DeviceNode,
+    gpu_indices_on_host,
+    gpu_passthrough_lines,
+)
+from gpunode.roles.lxc_gpu.takeover import (
+    ALLOW_KEY,
+    CPUS_KEY,
+    MEMLOCK_KEY,
+    MEMS_KEY,
+    MOUNT_KEY,
+    Decision,
+    GpuLines,
+    Takeover,
+    converge_gpu_lines,
+    dev_path,
+    gpu_lines_for,
+    in_scope_target,
+    mount_target,
+    nvidia_allow,
+    passthrough_style,
+    stale_allow,
+)
 from gpunode.roles.profile.container import (
     ContainerSpec,
     cgroup_v1_warning,
@@ -40,6 +63,8 @@ __all__ = [
     "ContainerPlan",
     "desired_lxc_lines",
     "edit_config_text",
+    "gpu_lines",
+    "take_over",
     "lxc_line",
     "parse_lxc_line",
     "plan_container",
@@ -65,6 +90,7 @@ class ContainerPlan:
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     """Reported, not changed: cgroup v1 lines of the user's (LXC ignores them on cgroup v2)."""
+    decisions: list[Decision] = field(default_factory=list)
 
     @property
     def changes(self) -> bool:
@@ -89,8 +115,58 @@ class ContainerPlan:
 def desired_lxc_lines(
     spec: ContainerSpec, majors: dict[str, int], devices: Sequence[DeviceNode]
 ) -> list[tuple[str, str]]:
-    """The GPU block gpunode owns for this container."""
+    """The mount-style GPU block for this container (what a new container gets with
+    ``gpu_passthrough: mount``; ``take_over`` decides for an existing config)."""
     return gpu_passthrough_lines(devices, majors, spec.gpu_indices, memlock=spec.memlock)
+
+
+def cpuset_values(spec: ContainerSpec, numa: GpuNuma | None, devices: Sequence[DeviceNode]
+                  ) -> list[tuple[str, str]]:
+    """The cpuset keys to set: declared lists as they are; 'auto' from the GPUs' NUMA node(s)
+    (nothing when there is nothing to pin, see ``numa.local_cpuset``)."""
+    gpus = spec.gpu_indices if spec.gpu_indices is not None else gpu_indices_on_host(devices)
+    local = local_cpuset(numa, gpus)
+    values = []
+    for key, declared, index in ((CPUS_KEY, spec.cpuset_cpus, 0), (MEMS_KEY, spec.cpuset_mems, 1)):
+        if declared == "auto":
+            if local is not None:
+                values.append((key, local[index]))
+        elif declared is not None:
+            values.append((key, declared))
+    return values
+
+
+def gpu_lines(
+    spec: ContainerSpec,
+    majors: dict[str, int],
+    devices: Sequence[DeviceNode],
+    *,
+    pve_version: str | None = None,
+    numa: GpuNuma | None = None,
+) -> GpuLines:
+    """What the container should get, from the spec and the host's facts."""
+    style, explicit = passthrough_style(spec.gpu_passthrough, pve_version)
+    singles = [(MEMLOCK_KEY, str(spec.memlock)), *cpuset_values(spec, numa, devices)]
+    return gpu_lines_for(devices, majors, spec.gpu_indices, style, explicit, singles)
+
+
+def take_over(
+    text: str,
+    spec: ContainerSpec,
+    majors: dict[str, int],
+    devices: Sequence[DeviceNode],
+    *,
+    pve_version: str | None = None,
+    numa: GpuNuma | None = None,
+) -> Takeover:
+    """The converged config with one decision per GPU line (keep, add, replace, remove,
+    leave), then the extra lxc.* lines added when missing."""
+    want = gpu_lines(spec, majors, devices, pve_version=pve_version, numa=numa)
+    result = converge_gpu_lines(pve_config.parse_pve_lxc_config(text), want)
+    config = result.config
+    for key, value in spec.extra_lxc_entries:
+        config = pve_config.with_lxc_entry(config, key, value)
+    return Takeover(config, result.decisions)
 
 
 def edit_config_text(
@@ -98,16 +174,28 @@ def edit_config_text(
     spec: ContainerSpec,
     majors: dict[str, int],
     devices: Sequence[DeviceNode],
+    *,
+    pve_version: str | None = None,
+    numa: GpuNuma | None = None,
 ) -> str:
     """The container config with gpunode's lines converged; equal to ``text`` when
     nothing needs to change."""
-    config = pve_config.parse_pve_lxc_config(text)
-    config = pve_config.with_raw_lxc_lines(
-        config, desired_lxc_lines(spec, majors, devices), gpunode_owns(majors)
-    )
-    for key, value in spec.extra_lxc_entries:
-        config = pve_config.with_lxc_entry(config, key, value)
-    return pve_config.render(config)
+    result = take_over(text, spec, majors, devices, pve_version=pve_version, numa=numa)
+    return pve_config.render(result.config)
+
+
+def new_container_lines(
+    spec: ContainerSpec,
+    majors: dict[str, int],
+    devices: Sequence[DeviceNode],
+    *,
+    pve_version: str | None = None,
+    numa: GpuNuma | None = None,
+) -> list[str]:
+    """The lines appended to the config ``pct create`` just wrote: devN keys first, then
+    the lxc.* lines (an empty config converged the same way as an existing one)."""
+    text = edit_config_text("", spec, majors, devices, pve_version=pve_version, numa=numa)
+    return text.splitlines()
 
 
 def plan_container(
@@ -116,14 +204,17 @@ def plan_container(
     running: bool,
     majors: dict[str, int],
     devices: Sequence[DeviceNode],
+    *,
+    pve_version: str | None = None,
+    numa: GpuNuma | None = None,
 ) -> ContainerPlan:
     """Plan one container. ``config_text`` is /etc/pve/lxc/VMID.conf (None: absent)."""
     plan = ContainerPlan(vmid=spec.vmid)
-    lines = desired_lxc_lines(spec, majors, devices) + spec.extra_lxc_entries
+    facts = {"pve_version": pve_version, "numa": numa}
 
     if config_text is None:
         plan.create = pct_create_args(spec)
-        plan.append_lines = [f"{k}: {v}" for k, v in lines]
+        plan.append_lines = new_container_lines(spec, majors, devices, **facts)
         plan.start = True
         return plan
 
@@ -136,7 +227,9 @@ def plan_container(
     if plan.problems:
         return plan
 
-    new_text = edit_config_text(config_text, spec, majors, devices)
+    result = take_over(config_text, spec, majors, devices, **facts)
+    plan.decisions = result.decisions
+    new_text = pve_config.render(result.config)
     raw_changed = new_text != config_text
     if raw_changed:
         plan.new_config_text = new_text
@@ -178,20 +271,26 @@ def restart_reasons(
     started_text: str | None,
     majors: dict[str, int],
     devices: Sequence[DeviceNode],
+    *,
+    pve_version: str | None = None,
+    numa: GpuNuma | None = None,
 ) -> list[str]:
     """Why a *running* container must restart to run its declared config ([] = none).
 
-    - ``config_text`` is /etc/pve/lxc/VMID.conf as it is now; the lxc.* lines gpunode
-      converges there are taken as written (so the answer is the same before and
-      after ``container_config_lines`` writes them), and options ``pct set`` would
-      park in [pve:pending] (features, unprivileged) count as waiting already.
-    - ``started_text`` is /var/lib/lxc/VMID/config from the last ``pct start``. A
-      declared line missing there is not live yet; a line there that gpunode owns
-      (an NVIDIA mount, allow or memlock line) but no longer declares is still live.
+    - ``config_text`` is /etc/pve/lxc/VMID.conf as it is now; the GPU lines are those
+      gpunode converges it to (so the answer is the same before and after
+      ``container_config_lines`` writes them), and options ``pct set`` would park in
+      [pve:pending] (features, unprivileged) count as waiting already.
+    - ``started_text`` is /var/lib/lxc/VMID/config from the last ``pct start``. A GPU line
+      missing there is not live yet (a devN key is live as the ``c MAJOR:MINOR rw`` allow
+      Proxmox generates for it); a GPU line there that the converged config no longer has
+      (an NVIDIA mount, allow, memlock or cpuset line) is still live.
       None (file unreadable) falls back to: would gpunode edit the config?
     """
+    facts = {"pve_version": pve_version, "numa": numa}
     reasons: list[str] = []
-    desired = desired_lxc_lines(spec, majors, devices) + spec.extra_lxc_entries
+    text = config_text if config_text is not None else ""
+    result = take_over(text, spec, majors, devices, **facts)
     if config_text is not None:
         config = pve_config.parse_pve_lxc_config(config_text)
         waiting = sorted(pve_config.pending_options(config))
@@ -201,24 +300,60 @@ def restart_reasons(
         if waiting:
             reasons.append(f"options waiting in [pve:pending]: {', '.join(waiting)}")
     if started_text is None:
-        if config_text is not None and edit_config_text(
-            config_text, spec, majors, devices
-        ) != config_text:
+        if config_text is not None and pve_config.render(result.config) != config_text:
             reasons.append("its lxc.* lines change (/var/lib/lxc/VMID/config unreadable)")
         return reasons
 
+    desired = _declared_live_lines(result, devices) + spec.extra_lxc_entries
     started = pve_config.parse_pve_lxc_config(started_text)
     live = pve_config.lxc_entries(started)
     missing = [entry for entry in desired if entry not in live]
     if missing:
         reasons.append(f"not live yet: {_shown(missing)}")
-    owns = gpunode_owns(majors)
+    want = gpu_lines(spec, majors, devices, **facts)
+    registered = set(majors.values()) | {d.major for d in devices}
     lines = started.main.lines
     stale = [
         (line.key or "", line.value or "")
         for i, line in enumerate(lines)
-        if line.is_lxc and owns(i, lines) and (line.key, line.value) not in desired
+        if line.is_lxc
+        and (_is_gpu_entry((line.key or "", line.value or ""), want)
+             or stale_allow(lines, i, want, registered))
+        and (line.key, line.value) not in desired
     ]
     if stale:
         reasons.append(f"still live, no longer declared: {_shown(stale)}")
     return reasons
+
+
+def _declared_live_lines(result: Takeover, devices: Sequence[DeviceNode]
+                         ) -> list[tuple[str, str]]:
+    """The lxc entries a container started from the converged config runs with."""
+    by_path = {d.path: d for d in devices}
+    entries: list[tuple[str, str]] = []
+    for decision in result.decisions:
+        if decision.action not in ("keep", "add", "replace"):
+            continue
+        raw = decision.new if decision.action == "replace" else decision.line
+        line = pve_config.parse_pve_lxc_config((raw or "") + "\n").main.lines[0]
+        if line.is_lxc:
+            entries.append((line.key or "", line.value or ""))
+        elif line.kind == "key" and (line.key or "").startswith("dev"):
+            node = by_path.get(dev_path(line.value or ""))
+            if node is not None:
+                entries.append((ALLOW_KEY, f"c {node.major}:{node.minor} rw"))
+    return entries
+
+
+def _is_gpu_entry(entry: tuple[str, str], want: GpuLines) -> bool:
+    """An lxc entry gpunode converges: NVIDIA mounts and allows, memlock, cpuset."""
+    key, value = entry
+    if key in (MEMLOCK_KEY, CPUS_KEY, MEMS_KEY):
+        # Proxmox writes its own cpuset.cpus for `cores` when the config sets none.
+        return key in dict(want.singles)
+    if key == MOUNT_KEY:
+        target = mount_target(value)
+        return target is not None and in_scope_target(target)
+    if key == ALLOW_KEY:
+        return nvidia_allow(value, want)
+    return False

@@ -49,6 +49,8 @@ _OSTEMPLATE_RE = re.compile(
 _STORAGE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9\-_.]*[A-Za-z0-9]$")
 _DRIVER_RE = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
 _LXC_LINE_RE = re.compile(r"^(lxc\.[a-z0-9_\-.]+)(?::|\s*=)\s*(.*?)\s*$")
+# A Linux cpu/node list as cpuset.cpus and cpuset.mems take it: "0-15,32-47", "1".
+CPULIST_RE = re.compile(r"^\d{1,5}(?:-\d{1,5})?(?:,\d{1,5}(?:-\d{1,5})?)*$")
 
 
 def checked_driver_version(value: str | None) -> str | None:
@@ -229,6 +231,8 @@ def parse_extra_lxc_line(line: str) -> tuple[str, str]:
         )
     if key == "lxc.prlimit.memlock":
         raise ValueError("set memlock with the 'memlock' field, not in extra_lxc")
+    if key in ("lxc.cgroup2.cpuset.cpus", "lxc.cgroup2.cpuset.mems"):
+        raise ValueError("set the cpuset with 'cpuset_cpus' and 'cpuset_mems', not in extra_lxc")
     if key == "lxc.mount.entry" and value.split(" ", 1)[0].startswith("/dev/nvidia"):
         raise ValueError("NVIDIA device mounts come from the 'gpus' field, not extra_lxc")
     return key, value
@@ -319,6 +323,28 @@ class ContainerSpec(BaseModel):
         default="unlimited",
         description="lxc.prlimit.memlock: 'unlimited' or a byte count. CUDA pins host "
         "memory; the limit can't be raised from inside the container.",
+    )
+    gpu_passthrough: Literal["auto", "dev", "mount"] = Field(
+        default="auto",
+        description="How the GPU nodes are passed: 'dev' as Proxmox devN keys (dev0: "
+        "/dev/nvidia0; Proxmox creates the node and allows it), 'mount' as lxc.mount.entry "
+        "bind mounts plus lxc.cgroup2.devices.allow lines, 'auto' devN where the host's "
+        "Proxmox has them (pve-manager 8.2 or later), else mount. A node passed either way, "
+        "or by the user's own mount of it, counts as passed; 'dev'/'mount' also rewrite "
+        "gpunode's own lines of the other style.",
+    )
+    cpuset_cpus: str | None = Field(
+        default="auto",
+        description="lxc.cgroup2.cpuset.cpus: 'auto' = the CPUs of the NUMA node(s) of the "
+        "container's GPUs (from /sys/bus/pci/devices/BDF/numa_node and the node's cpulist; "
+        "nothing is set on a single-node host), a CPU list such as '0-15,32-47', or None to "
+        "leave the key alone. A fixed cpuset also stops pvestatd moving the container's "
+        "threads to other CPUs.",
+    )
+    cpuset_mems: str | None = Field(
+        default="auto",
+        description="lxc.cgroup2.cpuset.mems: 'auto' = the NUMA node(s) of the container's "
+        "GPUs, a node list such as '1' or '0-1', or None to leave the key alone.",
     )
     extra_lxc: list[str] = Field(
         default_factory=list,
@@ -426,6 +452,13 @@ class ContainerSpec(BaseModel):
                 raise ValueError(f"item {i}: {exc}") from None
         return value
 
+    @field_validator("cpuset_cpus", "cpuset_mems")
+    @classmethod
+    def _cpuset(cls, value: str | None) -> str | None:
+        if value is not None and value != "auto" and not CPULIST_RE.match(value):
+            raise ValueError("must be 'auto', a list such as '0-15,32-47', or null")
+        return value
+
     @field_validator("nvidia_driver")
     @classmethod
     def _driver(cls, value: str | None) -> str | None:
@@ -490,6 +523,9 @@ _FIX_HINTS: dict[str, str] = {
     "memlock": "use 'unlimited' or a positive integer number of bytes",
     "extra_lxc": "write each line as 'lxc.key: value' with a key Proxmox accepts",
     "nvidia_driver": "use the host driver's version, e.g. '550.127.05', or leave it unset",
+    "gpu_passthrough": "use 'auto', 'dev' or 'mount'",
+    "cpuset_cpus": "use 'auto', a CPU list from the host such as '0-15,32-47', or null",
+    "cpuset_mems": "use 'auto', a NUMA node list from the host such as '1', or null",
 }
 
 

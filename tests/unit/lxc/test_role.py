@@ -22,6 +22,12 @@ DEVICES = {
         {"path": "/dev/nvidiactl", "kind": "char", "major": 195, "minor": 255},
     ],
 }
+# Proxmox 8.1: no devN keys yet, so gpu_passthrough 'auto' writes mount lines.
+HOST = {
+    "NvidiaDevices": DEVICES,
+    "PveVersionFact": {"present": True, "manager_version": "8.1.10"},
+    "GpuNumaTopology": {},
+}
 SPEC = ContainerSpec(
     vmid=110,
     hostname="llm-a",
@@ -62,7 +68,7 @@ def _not_cli(monkeypatch):
 
 
 def test_fresh_host_creates_with_the_gpu_lines_then_starts():
-    plan = run_role({"NvidiaDevices": DEVICES, "PctList": {}, "PveLxcConfigText": None})
+    plan = run_role({**HOST, "PctList": {}, "PveLxcConfigText": None})
     assert [name for name, _ in plan] == [
         "Create container 110 (llm-a)",
         "GPU lines of container 110 (llm-a) in /etc/pve/lxc/110.conf",
@@ -79,13 +85,13 @@ def test_fresh_host_creates_with_the_gpu_lines_then_starts():
 
 def test_converged_host_yields_no_command():
     nodes = [DeviceNode(**d) for d in DEVICES["devices"]]
-    text = edit_config_text(CONFIG, SPEC, DEVICES["majors"], nodes)
+    text = edit_config_text(CONFIG, SPEC, DEVICES["majors"], nodes, pve_version="8.1.10")
     started = "".join(
         f"{k.strip()} = {v.strip()}\n"
         for k, _, v in (ln.partition(":") for ln in text.splitlines() if ln.startswith("lxc."))
     )
     plan = run_role({
-        "NvidiaDevices": DEVICES,
+        **HOST,
         "PctList": {110: {"status": "running", "lock": "", "name": "llm-a"}},
         "PveLxcConfigText": text,
         "LxcStartedConfig": "lxc.arch = amd64\n" + started,
