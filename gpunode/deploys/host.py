@@ -6,14 +6,19 @@ from pyinfra import host, state
 from gpunode.roles.audit.snapshot import snapshot_reads
 from gpunode.roles.audit.verify import verify_node
 from gpunode.roles.facts.cache import prefetch
+from gpunode.roles.gpu_runtime import gpu_runtime, gpu_runtime_problems, gpu_runtime_reads
 from gpunode.roles.host_tuning import host_tuning, host_tuning_reads
 from gpunode.roles.profile.loader import validate_hosts
 
 
 def host_tuning_only() -> None:
-    """sysctls, modules, MaxReadReq, C-states, governor, memlock; then verify."""
+    """sysctls, modules, MaxReadReq, ACS, C-states, governor, memlock, GPU persistence and
+    power limits; then verify."""
     profile = validate_hosts(state.inventory)[host.name]
-    prefetch([*host_tuning_reads(profile), *snapshot_reads(profile).values()])  # + the verify's
+    prefetch([*host_tuning_reads(profile), *gpu_runtime_reads(profile),
+              *snapshot_reads(profile).values()])  # + the verify's
+    gpu_runtime_problems(host.name, profile)  # refuses before any change
 
     host_tuning(profile)
+    gpu_runtime(profile)
     verify_node(name="Verify the live node against the profile", profile=profile)

@@ -9,6 +9,7 @@ from pyinfra import host, state
 
 from gpunode.roles.audit.verify import verify_node
 from gpunode.roles.facts.cache import prefetch
+from gpunode.roles.gpu_runtime import gpu_runtime, gpu_runtime_problems, gpu_runtime_reads
 from gpunode.roles.host_tuning import host_tuning, host_tuning_reads
 from gpunode.roles.kernel import kernel_boot, kernel_reads
 from gpunode.roles.nvidia_driver import nvidia_driver, nvidia_driver_reads
@@ -16,11 +17,15 @@ from gpunode.roles.profile.loader import validate_hosts
 
 
 def site() -> None:
-    """Host tuning, NVIDIA driver pin, kernel cmdline and pin (reboot if allowed), verify."""
+    """Host tuning, GPU runtime, NVIDIA driver pin and flavour, kernel cmdline and pin (reboot
+    if allowed), verify."""
     profile = validate_hosts(state.inventory)[host.name]
-    prefetch([*host_tuning_reads(profile), *nvidia_driver_reads(profile), *kernel_reads(profile)])
+    prefetch([*host_tuning_reads(profile), *gpu_runtime_reads(profile),
+              *nvidia_driver_reads(profile), *kernel_reads(profile)])
+    gpu_runtime_problems(host.name, profile)  # refuses before any change
 
     host_tuning(profile)
+    gpu_runtime(profile)
     nvidia_driver(profile)
     kernel_boot(profile)
     verify_node(name="Verify the live node against the profile", profile=profile)

@@ -22,6 +22,12 @@ from gpunode.roles.audit.gpu_checks import (
     check_pcie_links,
     check_rebar,
 )
+from gpunode.roles.audit.p2p_checks import check_p2p_paths
+from gpunode.roles.audit.runtime_checks import (
+    check_module_flavour,
+    check_persistence,
+    check_power_limits,
+)
 from gpunode.roles.audit.snapshot import NodeSnapshot
 from gpunode.roles.audit.system_checks import (
     check_containers,
@@ -213,11 +219,15 @@ def audit_checks(
         *check_gpu_inventory(snap),
         *check_pcie_links(snap),
         *check_max_payload(snap),
-        *check_acs(snap),
+        *check_acs(profile, snap),
+        *check_p2p_paths(profile, snap),
         *check_rebar(snap),
         *check_gpu_state(snap),
+        *check_persistence(profile, snap),
+        *check_power_limits(profile, snap),
         *check_nvlink(snap),
         *check_driver(profile, snap),
+        *check_module_flavour(profile, snap),
         *check_kernel(profile, snap),
         *check_proxmox(snap),
         *check_containers(snap, container_memlock),

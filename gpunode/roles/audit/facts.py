@@ -8,6 +8,10 @@ One round trip gathers, as marker-separated sections (gpunode.roles.facts.sectio
 - nvidia_version: /proc/driver/nvidia/version (parse_nvidia_proc_version);
 - nvidia_smi: `nvidia-smi -q -x` (parse_nvidia_smi_xml, parse_gpu_details);
 - nvlink: `nvidia-smi nvlink -s` (parse_nvlink_status);
+- modinfo: `modinfo nvidia` filename/version/license (the flavour installed for this kernel);
+- persistenced: nvidia-persistenced installed, enabled, active (parse_unit_state);
+- topo_m, topo_p2p_r, topo_p2p_w: `nvidia-smi topo -m`, `topo -p2p r`, `topo -p2p w`
+  (gpunode.roles.facts.gpu_topology);
 - nvidia_packages: `dpkg-query -W` over the NVIDIA packages (parse_dpkg_query);
 - kernels: `uname -r`, kernel packages, `apt-mark showhold` (parse_installed_kernels);
 - pveversion, boot_kernels: `pveversion`, `proxmox-boot-tool kernel list`;
@@ -31,6 +35,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from pyinfra.api import FactBase
 
 from gpunode.roles.facts.dpkg import parse_dpkg_query
+from gpunode.roles.facts.gpu_topology import GpuTopology, parse_gpu_topology
 from gpunode.roles.facts.kernels import InstalledKernels, KernelPackages, parse_installed_kernels
 from gpunode.roles.facts.nvidia import (
     NvidiaSmiReport,
@@ -38,7 +43,8 @@ from gpunode.roles.facts.nvidia import (
     parse_nvidia_proc_version,
     parse_nvidia_smi_xml,
 )
-from gpunode.roles.facts.pcie import normalize_bdf
+from gpunode.roles.facts.nvidia_modules import flavour_of_license, parse_modinfo_license
+from gpunode.roles.facts.pcie import normalize_bdf, parse_pci_paths
 from gpunode.roles.facts.proxmox import PveVersion, parse_proxmox_kernel_list, parse_pveversion
 from gpunode.roles.facts.sections import MARKER, section_command, split_sections
 from gpunode.roles.lxc_gpu.facts import parse_pct_list, parse_pve_lxc_config_fact
@@ -58,6 +64,7 @@ __all__ = [
     "GpuDetails",
     "IommuState",
     "NvlinkGpu",
+    "UnitState",
     "container_state",
     "is_gpu_container",
     "parse_audit_sections",
@@ -66,6 +73,7 @@ __all__ = [
     "parse_iommu",
     "parse_nvlink_status",
     "parse_pci_paths",
+    "parse_unit_state",
 ]
 
 # Same package globs as gpunode.roles.nvidia_driver (kept literal: that module imports operations).
@@ -125,6 +133,28 @@ class NvlinkGpu(BaseModel):
     are inActive", "Device does not have or support Nvlink")."""
 
 
+class UnitState(BaseModel):
+    """A systemd unit as `systemctl is-enabled` / `is-active` print it ("" = not read)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    installed: bool = False
+    """The unit's program exists (command -v)."""
+    enabled: str = ""
+    active: str = ""
+
+
+def parse_unit_state(text: str) -> UnitState:
+    """Lines 'installed=yes|no', 'enabled=<is-enabled>', 'active=<is-active>'."""
+    values: dict[str, str] = {}
+    for line in (text or "").splitlines():
+        key, _, value = line.strip().partition("=")
+        if key in ("installed", "enabled", "active"):
+            values[key] = value.strip()
+    return UnitState(installed=values.get("installed") == "yes",
+                     enabled=values.get("enabled", ""), active=values.get("active", ""))
+
+
 class ContainerState(BaseModel):
     """One container of this Proxmox node, as far as the audit needs it."""
 
@@ -164,7 +194,10 @@ class AuditExtras(BaseModel):
     nvlink: list[NvlinkGpu] = Field(default_factory=list)
     driver_loaded: str | None = None
     driver_open: bool | None = None
+    module_installed_flavour: str | None = None
     driver_packages: dict[str, str] = Field(default_factory=dict)
+    persistenced: UnitState = Field(default_factory=lambda: UnitState())
+    topology: GpuTopology = Field(default_factory=lambda: GpuTopology())
     kernels: KernelPackages = Field(default_factory=lambda: KernelPackages(running=""))
     pve: PveVersion = Field(default_factory=lambda: PveVersion(present=False))
     boot_kernels: list[str] = Field(default_factory=list)
@@ -188,23 +221,6 @@ def parse_iommu(groups_text: str, types_text: str) -> IommuState:
             types[int(match.group(1))] = match.group(2)
             groups.add(int(match.group(1)))
     return IommuState(groups=len(groups), group_types=dict(sorted(types.items())))
-
-
-_BDF_PART_RE = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
-
-
-def parse_pci_paths(text: str) -> dict[str, list[str]]:
-    """`readlink -f /sys/bus/pci/devices/*` -> {bdf: [upstream bridges, root first]}.
-
-    "/sys/devices/pci0000:40/0000:40:01.1/0000:41:00.0" -> {"0000:41:00.0": ["0000:40:01.1"]}.
-    """
-    paths: dict[str, list[str]] = {}
-    for line in (text or "").splitlines():
-        parts = [p for p in line.strip().split("/") if _BDF_PART_RE.match(p)]
-        if parts:
-            chain = [normalize_bdf(p) for p in parts]
-            paths[chain[-1]] = chain[:-1]
-    return paths
 
 
 _GPU_LINE_RE = re.compile(r"^GPU\s+(\d+):\s*(?P<body>.*)$")
@@ -394,6 +410,11 @@ def parse_audit_sections(text: str) -> AuditExtras:
         nvlink=parse_nvlink_status(sections.get("nvlink", "")),
         driver_loaded=parse_nvidia_proc_version(proc_version),
         driver_open=nvidia_module_is_open(proc_version),
+        module_installed_flavour=flavour_of_license(
+            parse_modinfo_license(sections.get("modinfo", ""))),
+        persistenced=parse_unit_state(sections.get("persistenced", "")),
+        topology=parse_gpu_topology(sections.get("topo_m", ""), sections.get("topo_p2p_r", ""),
+                                    sections.get("topo_p2p_w", "")),
         driver_packages=parse_dpkg_query(sections.get("nvidia_packages", "")),
         kernels=parse_installed_kernels(sections.get("kernels", "")),
         pve=parse_pveversion(sections.get("pveversion", "")),
@@ -406,6 +427,11 @@ def parse_audit_sections(text: str) -> AuditExtras:
 # --- the command ---------------------------------------------------------------------------
 
 _PACKAGES = " ".join(f"'{p}'" for p in NVIDIA_PACKAGE_PATTERNS)
+_PERSISTENCED = (
+    "echo installed=$(command -v nvidia-persistenced >/dev/null && echo yes || echo no); "
+    "echo enabled=$(systemctl is-enabled nvidia-persistenced.service 2>/dev/null); "
+    "echo active=$(systemctl is-active nvidia-persistenced.service 2>/dev/null)"
+)
 _CONTAINER_PROBE = (
     "nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | head -n 1; "
     "grep 'Max locked memory' /proc/1/limits"
@@ -435,6 +461,17 @@ AUDIT_COMMAND = "; ".join(
         ),
         section_command(
             "nvlink", "command -v nvidia-smi >/dev/null && nvidia-smi nvlink -s 2>&1"
+        ),
+        section_command(
+            "modinfo", "modinfo nvidia | grep -E '^(filename|version|license):'"
+        ),
+        section_command("persistenced", _PERSISTENCED),
+        section_command("topo_m", "command -v nvidia-smi >/dev/null && nvidia-smi topo -m"),
+        section_command(
+            "topo_p2p_r", "command -v nvidia-smi >/dev/null && nvidia-smi topo -p2p r"
+        ),
+        section_command(
+            "topo_p2p_w", "command -v nvidia-smi >/dev/null && nvidia-smi topo -p2p w"
         ),
         section_command(
             "nvidia_packages",

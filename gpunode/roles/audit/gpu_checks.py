@@ -16,7 +16,7 @@ from gpunode.roles.audit.facts import GpuDetails
 from gpunode.roles.audit.snapshot import NodeSnapshot
 from gpunode.roles.facts.nvidia import NvidiaGpu
 from gpunode.roles.facts.pcie import PcieDevice
-from gpunode.roles.profile.check import Check, not_applicable, ok
+from gpunode.roles.profile.check import DEPLOY_FIX, Check, not_applicable, ok
 from gpunode.roles.profile.node import NodeProfile
 
 GPU_CLASS_NAMES = ("VGA compatible controller", "3D controller", "Display controller")
@@ -278,7 +278,7 @@ def check_max_payload(snap: NodeSnapshot) -> list[Check]:
 _REDIRECT_BITS = ("ReqRedir", "CmpltRedir")
 
 
-def check_acs(snap: NodeSnapshot) -> list[Check]:
+def check_acs(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
     """ACS P2P redirection on the bridges above the GPUs (NCCL: redirects GPU peer traffic to
     the root complex: slow or hangs)."""
     name = kind = "PCIe ACS redirect"
@@ -298,14 +298,16 @@ def check_acs(snap: NodeSnapshot) -> list[Check]:
         f"{d.bdf} ({'+'.join(b for b in _REDIRECT_BITS if (d.acs_ctl or {}).get(b))})"
         for d in redirecting
     )
-    fix = "; ".join(f"setpci -s {d.bdf} ECAP_ACS+0x6.w=0000" for d in redirecting)
-    fix += " (runtime, lost at reboot; not applied by deploy/site.py; not on hosts that pass " \
-        "GPUs to VMs with VFIO)"
+    fixed = profile.pcie_acs_redirect == "off"
+    fix = (f"{DEPLOY_FIX} (pcie_acs_redirect: off clears them on the bridges above the "
+           "pcie_selector devices, now and at boot)" if fixed else
+           "set gpunode.pcie_acs_redirect: off (deploy/site.py clears them with a masked "
+           "setpci of ECAP_ACS+0x6, now and at boot; not on hosts that pass devices to VMs)")
     if gpu_count(snap) < 2:
         return [ok(name, f"on at {listing}", kind=kind,
                    note="one GPU: no GPU-to-GPU traffic to redirect")]
     return [Check(name=name, status="P0" if known else "P2", live=f"on at {listing}",
-                  want="off", fix=fix, kind=kind,
+                  want="off", fix=fix, kind=kind, deploy_fixes=fixed and known,
                   note="" if known else "position of these bridges relative to the GPUs "
                   "unknown (no sysfs topology)")]
 
@@ -372,21 +374,20 @@ def _smi_missing(snap: NodeSnapshot, name: str) -> Check:
 
 
 def check_gpu_state(snap: NodeSnapshot) -> list[Check]:
-    """Temperature, power limit, clocks, ECC and persistence mode of each GPU."""
+    """Temperature, clocks and ECC of each GPU (power limit and persistence mode:
+    gpunode.roles.audit.runtime_checks, against the profile)."""
     gpus = smi_gpus(snap)
     if not gpus:
         return [_smi_missing(snap, kind) for kind in
-                ("GPU temperature", "GPU power limit", "GPU clocks", "GPU ECC")]
+                ("GPU temperature", "GPU clocks", "GPU ECC")]
     checks: list[Check] = []
     for gpu in gpus:
         details = snap.gpu_details.get(gpu.pci_bdf) or GpuDetails(bdf=gpu.pci_bdf)
         label = f"GPU{gpu.index}"
         checks += [
             _temperature(label, gpu, details),
-            _power(label, gpu),
             _clocks(label, gpu, details),
             _ecc(label, gpu, details),
-            _persistence(label, gpu),
         ]
     return checks
 
@@ -401,25 +402,6 @@ def _temperature(label: str, gpu: NvidiaGpu, details: GpuDetails) -> Check:
         return Check(name=name, status="P2", live=live, want=f"< {slow - TEMP_MARGIN_C} C",
                      kind=kind, fix="check cooling: airflow, fan curve, blocked intakes",
                      note="above the slowdown threshold the GPU lowers its clocks")
-    return ok(name, live, kind=kind)
-
-
-def _power(label: str, gpu: NvidiaGpu) -> Check:
-    name, kind = f"{label} power limit", "GPU power limit"
-    limit, default, top = gpu.power_limit_w, gpu.power_default_limit_w, gpu.power_max_limit_w
-    if limit is None:
-        return not_applicable(name, "not reported (not supported on this GPU)", kind=kind)
-    parts = [f"{limit:g} W"]
-    if default is not None:
-        parts.append(f"default {default:g} W")
-    if top is not None:
-        parts.append(f"max {top:g} W")
-    live = parts[0] + (f" ({', '.join(parts[1:])})" if len(parts) > 1 else "")
-    target = default if default is not None else top
-    if target is not None and limit < target:
-        return Check(name=name, status="P0", live=live, want=f"{target:g} W", kind=kind,
-                     fix=f"nvidia-smi -i {gpu.index} -pl {target:g} (runtime; not persistent, "
-                     "not applied by deploy/site.py)")
     return ok(name, live, kind=kind)
 
 
@@ -465,19 +447,6 @@ def _ecc(label: str, gpu: NvidiaGpu, details: GpuDetails) -> Check:
                      fix="reboot (or reset the idle GPU) to apply the pending ECC mode",
                      pending="reboot")
     return ok(name, live, kind=kind)
-
-
-def _persistence(label: str, gpu: NvidiaGpu) -> Check:
-    name, kind = f"{label} persistence mode", "GPU persistence mode"
-    if gpu.persistence_mode is None:
-        return not_applicable(name, "not reported", kind=kind)
-    if gpu.persistence_mode == "Enabled":
-        return ok(name, "Enabled", kind=kind)
-    return Check(name=name, status="P2", live=gpu.persistence_mode, want="Enabled", kind=kind,
-                 fix="systemctl enable --now nvidia-persistenced (or nvidia-smi -pm 1 now); "
-                 "not applied by deploy/site.py",
-                 note="without it the driver tears the GPU down between clients: slow first "
-                 "CUDA call in each container, power/clock settings lost")
 
 
 # --- NVLink ---------------------------------------------------------------------------------

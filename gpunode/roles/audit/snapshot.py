@@ -17,11 +17,13 @@ from gpunode.roles.audit.facts import (
     GpuDetails,
     IommuState,
     NvlinkGpu,
+    UnitState,
 )
 from gpunode.roles.facts.bundle import FactRead
 from gpunode.roles.facts.cache import cached_read
 from gpunode.roles.facts.cmdline import CmdlineState, KernelCmdline
 from gpunode.roles.facts.cpu import CpuPower, CpuState
+from gpunode.roles.facts.gpu_topology import GpuTopology
 from gpunode.roles.facts.kernel_params import KernelParams, KernelParamsState
 from gpunode.roles.facts.kernels import KernelPackages
 from gpunode.roles.facts.nvidia import NvidiaSmiReport
@@ -52,7 +54,13 @@ class NodeSnapshot(BaseModel):
     nvlink: list[NvlinkGpu] | None = None
     driver_loaded: str | None = None
     """Version of the loaded nvidia kernel module (/proc/driver/nvidia/version)."""
+    driver_open: bool | None = None
+    """The loaded module is the open flavour (None: no module loaded)."""
+    module_installed_flavour: str | None = None
+    """Flavour of the module `modinfo nvidia` finds ("open"/"proprietary")."""
     driver_packages: dict[str, str] | None = None
+    persistenced: UnitState | None = None
+    topology: GpuTopology | None = None
     kernels: KernelPackages | None = None
     pve: PveVersion | None = None
     boot_pinned: str | None = None
@@ -72,6 +80,10 @@ def with_extras(snap: NodeSnapshot, extras: AuditExtras) -> NodeSnapshot:
             "nvlink": extras.nvlink,
             "driver_loaded": extras.driver_loaded,
             "driver_packages": extras.driver_packages,
+            "driver_open": extras.driver_open,
+            "module_installed_flavour": extras.module_installed_flavour,
+            "persistenced": extras.persistenced,
+            "topology": extras.topology,
             "kernels": extras.kernels,
             "pve": extras.pve,
             "boot_pinned": extras.boot_pinned,

@@ -53,7 +53,10 @@ class NvidiaGpu(FactModel):
     power_limit_w: float | None = None
     """Limit in force (current/enforced)."""
     power_default_limit_w: float | None = None
+    power_min_limit_w: float | None = None
     power_max_limit_w: float | None = None
+    architecture: str | None = None
+    """`<product_architecture>` ("Ampere", "Hopper", "Blackwell"); None on old drivers."""
     sm_clock_mhz: int | None = None
     sm_clock_max_mhz: int | None = None
     ecc_mode: str | None = None
@@ -156,7 +159,9 @@ def _parse_gpu(index: int, gpu: ET.Element) -> NvidiaGpu:
             else None
         ),
         power_default_limit_w=_number(_text(power, "default_power_limit")),
+        power_min_limit_w=_number(_text(power, "min_power_limit")),
         power_max_limit_w=_number(_text(power, "max_power_limit")),
+        architecture=_text(gpu, "product_architecture"),
         sm_clock_mhz=_int(_text(gpu, "clocks/sm_clock")),
         sm_clock_max_mhz=_int(_text(gpu, "max_clocks/sm_clock")),
         ecc_mode=_text(gpu, "ecc_mode/current_ecc"),

@@ -30,9 +30,11 @@ from .sections import FactModel
 __all__ = [
     "PcieDevice",
     "PcieDevices",
+    "PciPaths",
     "matches",
     "normalize_bdf",
     "parse_lspci_vvv",
+    "parse_pci_paths",
 ]
 
 
@@ -304,7 +306,24 @@ def matches(
     return False
 
 
-# --- fact --------------------------------------------------------------------------------
+_BDF_PART_RE = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")
+
+
+def parse_pci_paths(text: str) -> dict[str, list[str]]:
+    """`readlink -f /sys/bus/pci/devices/*` -> {bdf: [upstream bridges, root first]}.
+
+    "/sys/devices/pci0000:40/0000:40:01.1/0000:41:00.0" -> {"0000:41:00.0": ["0000:40:01.1"]}.
+    """
+    paths: dict[str, list[str]] = {}
+    for line in (text or "").splitlines():
+        parts = [p for p in line.strip().split("/") if _BDF_PART_RE.match(p)]
+        if parts:
+            chain = [normalize_bdf(p) for p in parts]
+            paths[chain[-1]] = chain[:-1]
+    return paths
+
+
+# --- facts -------------------------------------------------------------------------------
 
 
 class PcieDevices(FactBase):
@@ -326,3 +345,18 @@ class PcieDevices(FactBase):
 
     def process(self, output: list[str]) -> list[PcieDevice]:
         return parse_lspci_vvv("\n".join(output))
+
+
+class PciPaths(FactBase):
+    """{bdf: upstream bridges, root first} from sysfs (`readlink -f /sys/bus/pci/devices/*`):
+    the PCIe tree, read without root."""
+
+    @staticmethod
+    def default() -> dict[str, list[str]]:
+        return {}
+
+    def command(self) -> str:
+        return "readlink -f /sys/bus/pci/devices/* 2>/dev/null; true"
+
+    def process(self, output: list[str]) -> dict[str, list[str]]:
+        return parse_pci_paths("\n".join(output))

@@ -1,7 +1,9 @@
 """host_tuning: the runtime settings of an inference host, each with its persistence.
 
 Changes: sysctls (runtime + /etc/sysctl.d/90-gpunode.conf), kernel modules (modprobe +
-/etc/modules-load.d/gpunode.conf), PCIe MaxReadReq (masked setpci + boot unit), C-state cap and
+/etc/modules-load.d/gpunode.conf), PCIe MaxReadReq (masked setpci + boot unit), ACS redirect
+bits above the matched devices when pcie_acs_redirect is off (masked setpci + boot unit; the
+boot unit also re-applies gpu_runtime's persistence mode and power limits), C-state cap and
 cpufreq governor (sysfs + boot unit; the cmdline half is in gpunode/roles/kernel), RLIMIT_MEMLOCK
 (/etc/security/limits.d + systemd DefaultLimitMEMLOCK). Why each: defaults.py.
 """
@@ -18,6 +20,7 @@ from gpunode.roles.facts.bundle import FactRead
 from gpunode.roles.facts.cache import cached_read
 from gpunode.roles.facts.dpkg import InstalledPackages
 from gpunode.roles.facts.owned import OwnedFiles
+from gpunode.roles.facts.pcie import PciPaths
 from gpunode.roles.facts.pcie_refusals import REFUSED_DIR
 from gpunode.roles.ops import cpu, modules, pcie, sysctl
 from gpunode.roles.ops.apt import packages_present
@@ -52,7 +55,22 @@ def boot_script_variables(profile: NodeProfile) -> dict:
         "refused_dir": REFUSED_DIR,
         "max_cstate": profile.max_cstate,
         "governor": profile.cpu_governor,
+        "acs_redirect_off": profile.pcie_acs_redirect == "off",
+        "acs_bits": pcie.ACS_REDIRECT_BITS,
+        "acs_mask": f"0x{pcie.ACS_REDIRECT_MASK:04x}",
+        "acs_setpci_argument": pcie.ACS_SETPCI_ARGUMENT,
+        "persistence": profile.gpu_persistence,
+        "power_limits": power_limit_lines(profile.gpu_power_limit),
     }
+
+
+def power_limit_lines(setting: int | str | dict | None) -> list[tuple[int | None, str]]:
+    """(GPU index or None for every GPU, value) pairs for the boot script."""
+    if setting is None:
+        return []
+    if isinstance(setting, dict):
+        return [(index, str(value)) for index, value in sorted(setting.items())]
+    return [(None, str(setting))]
 
 
 @deploy("gpunode: sysctls")
@@ -83,6 +101,11 @@ def tune_devices_and_cpu(profile: NodeProfile) -> None:
         selector=profile.pcie_selector,
         size=profile.max_read_request,
     )
+    if profile.pcie_acs_redirect == "off":
+        pcie.acs_redirect_off(
+            name="Clear ACS redirect bits on the bridges above matched devices",
+            selector=profile.pcie_selector,
+        )
     if profile.max_cstate is not None:
         cpu.cstate_cap(name=f"Cap C-states at C{profile.max_cstate}", max_cstate=profile.max_cstate)
     if profile.cpu_governor:
@@ -90,7 +113,8 @@ def tune_devices_and_cpu(profile: NodeProfile) -> None:
     template_file("boot/gpunode-tune.sh.j2", BOOT_SCRIPT, mode="755",
                   **boot_script_variables(profile))
     template_file("systemd/gpunode-tune.service.j2", BOOT_UNIT_FILE,
-                  after="systemctl daemon-reload", script=BOOT_SCRIPT)
+                  after="systemctl daemon-reload", script=BOOT_SCRIPT,
+                  persistence=profile.gpu_persistence)
     if booted_with_systemd():
         unit_enabled_and_running(name=f"Enable {BOOT_UNIT} (re-applies at boot)",
                                  unit=BOOT_UNIT)
@@ -113,6 +137,7 @@ def host_tuning_reads(profile: NodeProfile) -> list[FactRead]:
     return [
         FactRead(InstalledPackages, {"patterns": sorted(PACKAGES)}),
         tuning["kernel"], tuning["pcie"], tuning["mrrs_refused"], tuning["cpu"],
+        FactRead(PciPaths),
         SYSTEMD_BOOTED_READ,
         FactRead(SystemdStatus, {"services": [BOOT_UNIT]}),
         FactRead(SystemdEnabled, {"services": [BOOT_UNIT]}),

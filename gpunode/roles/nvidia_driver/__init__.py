@@ -1,9 +1,14 @@
-"""nvidia_driver: keep the NVIDIA driver at the profile's exact version.
+"""nvidia_driver: keep the NVIDIA driver at the profile's exact version and module flavour.
 
 Changes: an apt preferences pin (/etc/apt/preferences.d/90-gpunode-nvidia.pref) and apt holds
 of the installed NVIDIA packages, when the installed driver is the pinned one. A different
 installed (or loaded) version is reported and changed only when nvidia_driver_change is true:
 then the pin selects the version and apt installs it; the new module is live after a reboot.
+
+Flavour (nvidia_kernel_modules): the loaded and installed module's flavour (open or
+proprietary) is compared with the one the GPUs want (gpunode.roles.facts.nvidia_modules); a
+mismatch is reported, and only with nvidia_driver_change the flavour's packages are installed
+(Debian or CUDA repository names, nvidia_repository), live after a reboot.
 """
 
 from __future__ import annotations
@@ -17,9 +22,19 @@ from gpunode.roles.facts.apt import AptHolds
 from gpunode.roles.facts.bundle import FactRead
 from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.facts.dpkg import InstalledPackages, upstream_version
-from gpunode.roles.facts.nvidia import NvidiaDriverVersion
+from gpunode.roles.facts.nvidia import NvidiaDriverVersion, NvidiaSmi, NvidiaSmiReport
+from gpunode.roles.facts.nvidia_modules import (
+    Flavour,
+    NvidiaKernelModule,
+    NvidiaModuleState,
+    flavour_of_packages,
+    flavour_packages,
+    gpu_architectures,
+    wanted_flavour,
+)
+from gpunode.roles.facts.pcie import PcieDevice, PcieDevices
 from gpunode.roles.facts.owned import OwnedFiles
-from gpunode.roles.facts.sections import fact_data
+from gpunode.roles.facts.sections import as_model, as_models, fact_data
 from gpunode.roles.ops.apt import apt_hold
 from gpunode.roles.ops.nvidia_pin import NVIDIA_PATTERNS, PREFERENCES_FILE, nvidia_pin
 from gpunode.roles.profile.node import NodeProfile
@@ -60,18 +75,60 @@ def driver_plan(wanted: str) -> DriverPlan:
                       loaded=cached_fact(NvidiaDriverVersion))
 
 
+def node_flavour_plan(profile: NodeProfile) -> tuple[Flavour | None, str, Flavour | None]:
+    """(wanted flavour, why, flavour on the node: loaded, else installed module, else
+    packages) from the live facts."""
+    smi = as_model(NvidiaSmiReport, cached_fact(NvidiaSmi))
+    devices = as_models(PcieDevice, cached_fact(PcieDevices))
+    archs = gpu_architectures([g.architecture for g in smi.gpus] if smi.present else [],
+                              [d.name for d in devices if d.vendor_id == "10de"
+                               and d.class_id.startswith("03")])
+    wanted, why = wanted_flavour(profile.nvidia_kernel_modules, archs)
+    module = as_model(NvidiaModuleState, cached_fact(NvidiaKernelModule))
+    installed = dict(fact_data(cached_fact(InstalledPackages, patterns=NVIDIA_PATTERNS)) or {})
+    have = module.loaded_flavour or module.installed_flavour or flavour_of_packages(installed)
+    return wanted, why, have
+
+
+def packages_to_install(profile: NodeProfile, wanted: Flavour | None) -> list[str]:
+    """The profile's nvidia_packages, else the flavour's packages for its repository."""
+    if profile.nvidia_packages:
+        return list(profile.nvidia_packages)
+    fallback: Flavour = "proprietary" if profile.nvidia_kernel_modules == "proprietary" else "open"
+    return flavour_packages(wanted or fallback, profile.nvidia_repository)
+
+
 def nvidia_driver_reads(profile: NodeProfile) -> list[FactRead]:
-    """Every fact nvidia_driver reads (for prefetch); none without a driver pin."""
+    """Every fact nvidia_driver reads (for prefetch)."""
+    reads = [FactRead(InstalledPackages, {"patterns": NVIDIA_PATTERNS}),
+             FactRead(NvidiaKernelModule), FactRead(NvidiaSmi), FactRead(PcieDevices)]
     if profile.nvidia_driver is None:
-        return []
-    return [FactRead(InstalledPackages, {"patterns": NVIDIA_PATTERNS}),
-            FactRead(NvidiaDriverVersion), FactRead(OwnedFiles, {"paths": [PREFERENCES_FILE]}),
+        return reads
+    return [*reads, FactRead(NvidiaDriverVersion), FactRead(OwnedFiles, {"paths": [PREFERENCES_FILE]}),
             FactRead(AptHolds)]
 
 
-@deploy("gpunode: NVIDIA driver pin")
+@deploy("gpunode: NVIDIA driver pin and module flavour")
 def nvidia_driver(profile: NodeProfile) -> None:
-    """Pin and hold the driver; install the pinned version only when allowed."""
+    """Pin and hold the driver, check its module flavour; install only when allowed."""
+    wanted, why, have = node_flavour_plan(profile)
+    if have is not None and wanted is not None and have != wanted:
+        packages = packages_to_install(profile, wanted)
+        if profile.nvidia_driver_change:
+            version = f"={profile.nvidia_driver}*" if profile.nvidia_driver else ""
+            apt_hold(name="Release NVIDIA holds for the flavour change",
+                     packages=sorted(set(packages)), held=False)
+            server.shell(
+                name=f"Install the {wanted} NVIDIA kernel modules ({' '.join(packages)})",
+                commands=["apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install "
+                          "-y " + " ".join(f"{p}{version}" for p in packages)],
+            )
+        else:
+            logger.warning(f"{host.name}: NVIDIA kernel modules are {have}, {wanted} wanted "
+                           f"({why}); set nvidia_driver_change: true to install "
+                           f"{' '.join(packages)}")
+    elif wanted is None and have is not None:
+        logger.warning(f"{host.name}: NVIDIA kernel modules: {why}")
     if profile.nvidia_driver is None:
         return
     plan = driver_plan(profile.nvidia_driver)
@@ -81,7 +138,7 @@ def nvidia_driver(profile: NodeProfile) -> None:
         apt_hold(name=f"Hold NVIDIA driver {plan.wanted} packages",
                  packages=sorted(plan.installed))
     elif profile.nvidia_driver_change:
-        packages = sorted(plan.installed) or profile.nvidia_packages
+        packages = sorted(plan.installed) or packages_to_install(profile, wanted)
         nvidia_pin(plan.wanted)
         apt_hold(name="Release NVIDIA holds for the change", packages=packages, held=False)
         server.shell(

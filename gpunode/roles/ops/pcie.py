@@ -14,7 +14,7 @@ from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
 from gpunode.roles.facts.cache import cached_fact
-from gpunode.roles.facts.pcie import PcieDevice, PcieDevices, matches
+from gpunode.roles.facts.pcie import PcieDevice, PcieDevices, PciPaths, matches
 from gpunode.roles.facts.pcie_refusals import REFUSED_DIR, MaxReadReqRefusals
 from gpunode.roles.facts.sections import as_models, fact_data
 from gpunode.roles.ops.changes import report_change
@@ -107,3 +107,63 @@ def max_read_request(selector: PcieSelector, size: int = 4096):
         if refusing:
             note = f"{refusal_note(refusing, size)}; nothing else to change"
         host.noop(note)
+
+
+# --- ACS redirect ------------------------------------------------------------------------
+
+# ACS Control (ECAP_ACS+0x6) bits cleared by pcie_acs_redirect: off. Linux enables SrcValid,
+# ReqRedir, CmpltRedir and UpstreamFwd on every ACS-capable port (pci_std_enable_acs); the
+# redirect ones send peer-to-peer requests/completions up to the root complex, UpstreamFwd
+# forwards them upstream too, and EgressCtrl (never set by Linux, set by some firmware) blocks
+# them per port. TransBlk (ATS) and DirectTrans (which *allows* direct P2P) are left alone.
+ACS_BITS = {"SrcValid": 0x01, "TransBlk": 0x02, "ReqRedir": 0x04, "CmpltRedir": 0x08,
+            "UpstreamFwd": 0x10, "EgressCtrl": 0x20, "DirectTrans": 0x40}
+ACS_REDIRECT_BITS = ("SrcValid", "ReqRedir", "CmpltRedir", "UpstreamFwd", "EgressCtrl")
+ACS_REDIRECT_MASK = sum(ACS_BITS[name] for name in ACS_REDIRECT_BITS)
+ACS_SETPCI_ARGUMENT = f"ECAP_ACS+0x6.w=0000:{ACS_REDIRECT_MASK:04x}"
+
+
+def acs_redirecting(device: PcieDevice) -> list[str]:
+    """The redirect bits set in a device's ACSCtl ([] without an ACS capability)."""
+    return [b for b in ACS_REDIRECT_BITS if (device.acs_ctl or {}).get(b)]
+
+
+def bridges_above(devices: list[PcieDevice], paths: dict[str, list[str]],
+                  selector: PcieSelector) -> list[PcieDevice]:
+    """The bridges (switch ports, root ports) between the selected devices and their root
+    complex, in lspci order; none for a selected device whose path is unknown."""
+    above = {b for d in selected_devices(devices, selector) for b in paths.get(d.bdf, [])}
+    return [d for d in devices if d.bdf in above]
+
+
+def acs_write_command(bdf: str) -> str:
+    """Masked write of the redirect bits of ACS Control, read back; fails naming the bridge
+    when a bit stays set."""
+    q = shlex.quote(bdf)
+    return (
+        f"if [ ! -e /sys/bus/pci/devices/{q} ]; then echo 'gpunode: bridge {bdf} vanished "
+        "before the ACS write; nothing written' >&2; exit 1; fi; "
+        f"setpci -s {q} {ACS_SETPCI_ARGUMENT} && v=$(setpci -s {q} ECAP_ACS+0x6.w) && "
+        f"if [ $(( 0x$v & 0x{ACS_REDIRECT_MASK:04x} )) -ne 0 ]; then "
+        f'echo "gpunode: bridge {bdf} kept ACS redirect bits (ACSCtl reads $v)" >&2; exit 1; fi'
+    )
+
+
+@operation()
+def acs_redirect_off(selector: PcieSelector):
+    """
+    Clear the ACS redirect bits on the bridges above the selected devices (masked write of
+    ECAP_ACS+0x6, read back); no other bridge and no other bit is written.
+
+    + selector: vendor / device / classes of the devices whose upstream bridges are changed
+    """
+    selector = PcieSelector.model_validate(selector)
+    devices = as_models(PcieDevice, cached_fact(PcieDevices))
+    paths = dict(fact_data(cached_fact(PciPaths)) or {})
+    bridges = [b for b in bridges_above(devices, paths, selector) if b.acs_ctl is not None]
+    todo = [b for b in bridges if acs_redirecting(b)]
+    for bridge in todo:
+        yield StringCommand(acs_write_command(bridge.bdf))
+    if not todo:
+        host.noop(f"ACS redirect off on {len(bridges)} ACS-capable bridge(s) above "
+                  f"{len(selected_devices(devices, selector))} matched device(s)")

@@ -20,6 +20,9 @@ MODULE_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
 CMDLINE_KEY = re.compile(r"^[A-Za-z0-9_.\-]+$")
 HEX_ID = re.compile(r"^[0-9a-f]{4}$")
 CLASS_ID = re.compile(r"^[0-9a-f]{2}([0-9a-f]{2})?$")
+POWER_LIMIT = re.compile(r"^(default|max|[1-9][0-9]{0,3})$")
+PACKAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9+.\-]*$")
+MAX_GPU_INDEX = 63
 
 # Sized for NCCL's socket transport on 100-400 Gb/s links (NCCL falls back to sockets
 # without RDMA): 128 MiB socket buffers let one TCP stream fill a fat pipe at high RTT;
@@ -143,10 +146,49 @@ class NodeProfile(ProfileModel):
     nvidia_driver: str | None = Field(
         None, description="NVIDIA driver version to hold, e.g. '550.127.05'; None = no pin."
     )
-    nvidia_packages: list[str] = Field(
-        ["nvidia-driver"],
+    nvidia_packages: list[str] | None = Field(
+        None,
         description="Driver packages to install when nvidia_driver_change allows it and no "
-        "NVIDIA package is installed yet (Debian: nvidia-driver; CUDA repo: cuda-drivers).",
+        "NVIDIA package is installed yet. None = chosen by nvidia_kernel_modules and "
+        "nvidia_repository: Debian nvidia-driver + nvidia-open-kernel-dkms (open) or "
+        "nvidia-kernel-dkms (proprietary); CUDA repository nvidia-open or cuda-drivers.",
+    )
+    nvidia_repository: Literal["debian", "cuda"] = Field(
+        "debian",
+        description="Where the driver packages come from, for their names: debian (Debian's "
+        "non-free/contrib) or cuda (NVIDIA's CUDA repository).",
+    )
+    nvidia_kernel_modules: Literal["auto", "open", "proprietary"] = Field(
+        "auto",
+        description="NVIDIA kernel module flavour. auto = open wherever every GPU supports it "
+        "(Turing and newer; Blackwell runs only on open), proprietary for older GPUs. The "
+        "loaded flavour (/proc/driver/nvidia/version, modinfo license) is read and a mismatch "
+        "reported; the flavour's packages are installed only when nvidia_driver_change allows "
+        "it.",
+    )
+    gpu_persistence: bool = Field(
+        True,
+        description="Keep the driver initialised between clients: nvidia-persistenced "
+        "installed, enabled and running, persistence mode Enabled on every GPU (read back "
+        "from nvidia-smi). Without it each new process pays the GPU initialisation and power "
+        "limits are lost. Not applicable on hosts without an NVIDIA driver.",
+    )
+    gpu_power_limit: int | Literal["default", "max"] | dict[int, int | Literal[
+        "default", "max"]] | None = Field(
+        None,
+        description="GPU power limit in watts for every GPU, or per GPU index ({0: 300, 1: "
+        "'max'}); 'default' / 'max' = the GPU's own default / maximum limit. None leaves the "
+        "limits alone. Applied now (nvidia-smi -pl) and at every boot after "
+        "nvidia-persistenced; a value outside a GPU's min..max is refused, naming the GPU, "
+        "before any change.",
+    )
+    pcie_acs_redirect: Literal["keep", "off"] = Field(
+        "keep",
+        description="off clears the ACS redirect bits (SrcValid, ReqRedir, CmpltRedir, "
+        "UpstreamFwd, EgressCtrl) with a masked write of ECAP_ACS+0x6 on the bridges above the "
+        "pcie_selector devices only, now and at every boot, so GPU peer-to-peer traffic stays "
+        "in the PCIe switch. Cost: the IOMMU no longer isolates devices behind those bridges "
+        "(their IOMMU groups are in effect one): not on hosts that pass devices to VMs.",
     )
     nvidia_driver_change: bool = Field(
         False,
@@ -172,6 +214,31 @@ class NodeProfile(ProfileModel):
             if not MODULE_NAME.match(name):
                 raise ValueError(f"{name!r} is not a kernel module name (letters, digits, _ -)")
         return [name.replace("-", "_") for name in value]
+
+    @field_validator("nvidia_packages")
+    @classmethod
+    def _packages(cls, value: list[str] | None) -> list[str] | None:
+        for name in value or []:
+            if not PACKAGE_NAME.match(name):
+                raise ValueError(f"{name!r} is not a Debian package name such as 'nvidia-driver'")
+        return value
+
+    @field_validator("gpu_power_limit", mode="before")
+    @classmethod
+    def _power_limit(cls, value: object) -> object:
+        if value is None:
+            return None
+        if isinstance(value, dict):
+            out = {}
+            for index, item in value.items():
+                text = str(index)
+                if isinstance(index, bool) or not text.isdigit() or int(text) > MAX_GPU_INDEX:
+                    raise ValueError(f"{index!r} is not a GPU index (0..{MAX_GPU_INDEX})")
+                out[int(text)] = _power_value(item)
+            if not out:
+                raise ValueError("give watts, 'default', 'max' or a mapping GPU index -> those")
+            return out
+        return _power_value(value)
 
     @field_validator("max_read_request")
     @classmethod
@@ -247,3 +314,12 @@ class NodeProfile(ProfileModel):
         if missing:
             raise ValueError(f"required_modules {missing} are not in modules: add them there")
         return self
+
+
+def _power_value(value: object) -> int | str:
+    """One power limit: watts (1-9999) or 'default'/'max'."""
+    text = str(value).strip().lower().removesuffix("w").strip()
+    if isinstance(value, bool) or not POWER_LIMIT.match(text):
+        raise ValueError(f"{value!r} is not a power limit: give watts such as 300, 'default' "
+                         "or 'max'")
+    return text if text in ("default", "max") else int(text)

@@ -30,6 +30,7 @@ from gpunode.roles.facts.kernel_params import KernelParamsState
 from gpunode.roles.facts.kernels import KernelPackages, parse_kernel_packages
 from gpunode.roles.facts.nvidia import (
     NvidiaSmiReport,
+    nvidia_module_is_open,
     parse_nvidia_proc_version,
     parse_nvidia_smi_xml,
 )
@@ -104,7 +105,8 @@ def gpu_container(config: str, status: str, probe: str | None) -> ContainerState
 
 def healthy() -> tuple[NodeProfile, NodeSnapshot]:
     """A converged Proxmox GPU host: nothing open (P2 and known limits only)."""
-    profile = NodeProfile(max_read_request=512)
+    # The A100 capture runs with persistence mode Disabled: this profile leaves it off.
+    profile = NodeProfile(max_read_request=512, gpu_persistence=False)
     cpu = icelake_cpu(c6_disabled=True, governor="performance")
     wanted = cpu_cmdline_params(cpu, profile.max_cstate, profile.amd_pstate)
     grub = read("grub/debian12-default-grub")
@@ -163,6 +165,8 @@ def misconfigured() -> tuple[NodeProfile, NodeSnapshot]:
         gpu_details=parse_gpu_details(mismatch),
         nvlink=parse_nvlink_status(mismatch),
         driver_loaded=parse_nvidia_proc_version(
+            read("nvidia/proc_driver_nvidia_version_580.173.02.txt")),
+        driver_open=nvidia_module_is_open(
             read("nvidia/proc_driver_nvidia_version_580.173.02.txt")),
         driver_packages={},
         kernels=kernels,

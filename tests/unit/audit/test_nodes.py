@@ -23,7 +23,7 @@ def test_healthy_node_has_nothing_open():
     assert c["GPU0 0000:41:00.0 PCIe link speed"].status == "ok"
     assert c["GPU0 0000:41:00.0 Resizable BAR"].live == "BAR1 131072 MiB, VRAM 81920 MiB"
     assert c["GPU0 temperature"].live == "27 C (slowdown at 89 C)"
-    assert c["GPU0 power limit"].live == "500 W (default 500 W, max 500 W)"
+    assert c["GPU0 power limit"].live == "500 W (default 500 W, range 100..500 W)"
     assert c["GPU0 clocks"].live == "SM 1275/1410 MHz"
     assert c["GPU0 ECC"].live == "Enabled, 0 volatile uncorrectable errors"
     assert c["NVIDIA driver"].live == "535.54.03 (module = user space)"

@@ -135,20 +135,24 @@ def test_max_payload_at_devcap_is_a_known_limit_below_it_p2():
     assert minor.status == "P2" and "pci=pcie_bus_perf" in minor.fix
 
 
-def test_acs_redirect_above_two_gpus_is_p0_with_setpci():
+def test_acs_redirect_above_two_gpus_is_p0_fixed_by_pcie_acs_redirect_off():
     pcie = lspci("pcie/lspci_vvnn_g482z54_rtx3090.txt",
                  "pcie/lspci_vvnn_romed8_2t_pve5.13_rootport.txt")
     nvlink = parse_nvlink_status(read("audit/nvlink_s_a100_pcie_x2_no_nvlink_555.txt"))
     topology = {"0000:41:00.0": ["0000:00:03.1"]}  # composed: the GPU under that root port
-    (acs,) = check_acs(bare(pcie=pcie, nvlink=nvlink, pci_paths=topology))
+    (acs,) = check_acs(NodeProfile(), bare(pcie=pcie, nvlink=nvlink, pci_paths=topology))
     assert acs.status == "P0"
     assert acs.live == "on at 0000:00:03.1 (ReqRedir+CmpltRedir)"
-    assert acs.fix.startswith("setpci -s 0000:00:03.1 ECAP_ACS+0x6.w=0000")
-    assert not acs.deploy_fixes and "VFIO" in acs.fix
-    (unknown,) = check_acs(bare(pcie=pcie, nvlink=nvlink))
+    assert acs.fix.startswith("set gpunode.pcie_acs_redirect: off")
+    assert not acs.deploy_fixes and "VMs" in acs.fix
+    (fixed,) = check_acs(NodeProfile(pcie_acs_redirect="off"),
+                         bare(pcie=pcie, nvlink=nvlink, pci_paths=topology))
+    assert fixed.deploy_fixes and fixed.fix.startswith("run deploy/site.py")
+    (unknown,) = check_acs(NodeProfile(), bare(pcie=pcie, nvlink=nvlink))
     assert unknown.status == "P2" and "topology" in unknown.note
     # A bridge with only SrcValid (the RTX 3090 server's root port) redirects nothing.
-    (clean,) = check_acs(bare(pcie=lspci("pcie/lspci_vvnn_g482z54_rtx3090.txt"), nvlink=nvlink))
+    (clean,) = check_acs(NodeProfile(), bare(pcie=lspci("pcie/lspci_vvnn_g482z54_rtx3090.txt"),
+                                             nvlink=nvlink))
     assert clean.status == "ok"
 
 
@@ -169,15 +173,12 @@ def test_rebar_from_lspci_and_nvidia_smi():
 def test_gpu_state_of_a_captured_p100():
     checks = by_name(check_gpu_state(bare(**smi(P100_XML))))
     assert checks["GPU0 temperature"].live == "38 C (slowdown at 82 C)"
-    assert checks["GPU0 power limit"].status == "ok"
     assert checks["GPU0 clocks"].live == "SM 405/1328 MHz"
     assert checks["GPU0 clocks"].note == "idle: clocks rise under load"
     assert checks["GPU0 ECC"].live == "Enabled, 0 volatile uncorrectable errors"
-    assert checks["GPU0 persistence mode"].status == "P2"
 
 
 @pytest.mark.parametrize(("changes", "name", "status", "fix_part"), [
-    ({"power_limit_w": 200.0}, "GPU0 power limit", "P0", "nvidia-smi -i 0 -pl 250"),
     ({"ecc_errors_uncorrected": 2}, "GPU0 ECC", "P1", "nvidia-smi -r -i 0"),
     ({"temperature_c": 80}, "GPU0 temperature", "P2", "cooling"),
     ({"ecc_mode": None}, "GPU0 ECC", "n/a", ""),

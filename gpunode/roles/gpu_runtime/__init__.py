@@ -1,0 +1,76 @@
+"""gpu_runtime: the driver's runtime state a serving node needs, each with its persistence.
+
+Changes (only where an NVIDIA driver is present; elsewhere "not applicable"):
+- gpu_persistence: nvidia-persistenced installed, enabled and running, then persistence mode
+  Enabled on every GPU (nvidia-smi -pm 1), read back; the boot unit runs after
+  nvidia-persistenced and sets it again;
+- gpu_power_limit: nvidia-smi -pl per GPU where the limit differs, read back; the boot unit
+  re-applies it after nvidia-persistenced (limits reset at every driver load). A value outside
+  a GPU's min..max stops the run before any change (`gpu_runtime_problems`).
+Why each: gpunode/roles/profile/node.py (the field descriptions).
+"""
+
+from __future__ import annotations
+
+from pyinfra import host, logger
+from pyinfra.api import deploy
+from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
+
+from gpunode.roles.facts.bundle import FactRead
+from gpunode.roles.facts.cache import cached_fact
+from gpunode.roles.facts.dpkg import InstalledPackages
+from gpunode.roles.facts.nvidia import NvidiaDriverVersion, NvidiaSmi
+from gpunode.roles.ops import nvidia
+from gpunode.roles.ops.apt import packages_present
+from gpunode.roles.ops.services import unit_enabled_and_running
+from gpunode.roles.profile.loader import ProfileError
+from gpunode.roles.profile.node import NodeProfile
+
+PERSISTENCED_PACKAGE = "nvidia-persistenced"
+PERSISTENCED_UNIT = "nvidia-persistenced.service"
+
+
+def driver_present() -> bool:
+    """An NVIDIA driver is loaded or nvidia-smi answers."""
+    return nvidia.smi_report().present or cached_fact(NvidiaDriverVersion) is not None
+
+
+def gpu_runtime_reads(profile: NodeProfile) -> list[FactRead]:
+    """Every fact gpu_runtime reads (for prefetch)."""
+    reads = [FactRead(NvidiaSmi), FactRead(NvidiaDriverVersion)]
+    if profile.gpu_persistence:
+        reads += [FactRead(InstalledPackages, {"patterns": [PERSISTENCED_PACKAGE]}),
+                  FactRead(SystemdStatus, {"services": [PERSISTENCED_UNIT]}),
+                  FactRead(SystemdEnabled, {"services": [PERSISTENCED_UNIT]})]
+    return reads
+
+
+def gpu_runtime_problems(host_name: str, profile: NodeProfile) -> None:
+    """Refuse, before any change, a power limit outside a GPU's range (ProfileError naming
+    the host, GPU, value and range)."""
+    if profile.gpu_power_limit is None:
+        return
+    report = nvidia.smi_report()
+    if not report.present:
+        return
+    _, problems = nvidia.power_limit_targets(profile.gpu_power_limit, report.gpus)
+    if problems:
+        raise ProfileError("\n".join(f"{host_name}: gpunode.{p}" for p in problems))
+
+
+@deploy("gpunode: GPU runtime (persistence, power limits)")
+def gpu_runtime(profile: NodeProfile) -> None:
+    """Persistence and power limits; see the module docstring."""
+    if not profile.gpu_persistence and profile.gpu_power_limit is None:
+        return
+    if not driver_present():
+        logger.info(f"{host.name}: GPU persistence/power limits: not applicable (no NVIDIA "
+                    "driver loaded, no nvidia-smi)")
+        return
+    if profile.gpu_persistence:
+        packages_present(name="Install nvidia-persistenced", packages=[PERSISTENCED_PACKAGE])
+        unit_enabled_and_running(name=f"Enable {PERSISTENCED_UNIT}", unit=PERSISTENCED_UNIT)
+        nvidia.persistence_mode(name="Persistence mode Enabled on every GPU")
+    if profile.gpu_power_limit is not None:
+        nvidia.power_limits(name=f"GPU power limits {profile.gpu_power_limit}",
+                            setting=profile.gpu_power_limit)

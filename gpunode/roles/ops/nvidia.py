@@ -1,0 +1,120 @@
+"""GPU runtime settings through nvidia-smi: persistence mode and power limits, read back.
+
+Both are lost when the driver unloads (reboot, driver reload, and without nvidia-persistenced
+when the last client exits); the boot unit re-applies them (templates/boot/gpunode-tune.sh.j2).
+Each write is followed by a read of the same value; a GPU that keeps its old value fails the
+operation with the GPU, the value asked and the value read.
+"""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import StringCommand, operation
+from pyinfra.api.exceptions import OperationValueError
+
+from gpunode.roles.facts.cache import cached_fact
+from gpunode.roles.facts.nvidia import NvidiaGpu, NvidiaSmi, NvidiaSmiReport
+from gpunode.roles.facts.sections import as_model
+
+PowerSetting = int | str | dict[int, int | str]
+
+
+def _watts(gpu: NvidiaGpu, value: int | str) -> float | None:
+    if value == "default":
+        return gpu.power_default_limit_w
+    if value == "max":
+        return gpu.power_max_limit_w
+    return float(value)
+
+
+def power_limit_targets(setting: PowerSetting, gpus: list[NvidiaGpu]
+                        ) -> tuple[dict[int, int], list[str]]:
+    """({GPU index: watts}, problems) for a gpu_power_limit setting and the GPUs read.
+
+    A problem names the GPU, the value and the allowed range (or why it is unknown); a
+    per-index setting for a GPU that is not there is a problem too."""
+    by_index = {g.index: g for g in gpus}
+    wanted = setting if isinstance(setting, dict) else {g.index: setting for g in gpus}
+    targets: dict[int, int] = {}
+    problems: list[str] = []
+    for index, value in sorted(wanted.items()):
+        gpu = by_index.get(index)
+        if gpu is None:
+            problems.append(f"gpu_power_limit: GPU{index} is not on this node (GPUs: "
+                            f"{', '.join(f'GPU{i}' for i in sorted(by_index)) or 'none'})")
+            continue
+        watts = _watts(gpu, value)
+        low, high = gpu.power_min_limit_w, gpu.power_max_limit_w
+        if watts is None or gpu.power_limit_w is None:
+            problems.append(f"gpu_power_limit: GPU{index} ({gpu.name}) reports no power "
+                            f"limit{'s' if watts is None else ''}: power management not "
+                            "supported, nothing set")
+            continue
+        if low is not None and high is not None and not low <= watts <= high:
+            problems.append(f"gpu_power_limit: GPU{index} ({gpu.name}): {value} W is outside "
+                            f"its range {low:g}..{high:g} W")
+            continue
+        targets[index] = int(round(watts))
+    return targets, problems
+
+
+def power_limit_command(index: int, watts: int) -> str:
+    """nvidia-smi -pl for one GPU, then the limit read back (integer watts compared)."""
+    return (
+        f"nvidia-smi -i {index} -pl {watts} >/dev/null && "
+        f"v=$(nvidia-smi -i {index} --query-gpu=power.limit --format=csv,noheader,nounits) && "
+        f'if [ "${{v%%.*}}" != {watts} ]; then echo "gpunode: GPU{index} power limit reads '
+        f'$v W after setting {watts} W" >&2; exit 1; fi'
+    )
+
+
+PERSISTENCE_COMMAND = (
+    "nvidia-smi -pm 1 >/dev/null && "
+    "m=$(nvidia-smi --query-gpu=index,persistence_mode --format=csv,noheader) && "
+    'if echo "$m" | grep -q Disabled; then echo "gpunode: persistence mode still '
+    'Disabled: $m" >&2; exit 1; fi'
+)
+
+
+def smi_report() -> NvidiaSmiReport:
+    return as_model(NvidiaSmiReport, cached_fact(NvidiaSmi))
+
+
+@operation()
+def persistence_mode():
+    """
+    Persistence mode Enabled on every GPU (nvidia-smi -pm 1 talks to nvidia-persistenced),
+    read back; nothing to do without nvidia-smi.
+    """
+    report = smi_report()
+    if not report.present:
+        host.noop("persistence mode: not applicable (no NVIDIA driver / nvidia-smi)")
+        return
+    off = [g for g in report.gpus if g.persistence_mode not in (None, "Enabled")]
+    if not off:
+        host.noop(f"persistence mode Enabled on {len(report.gpus)} GPU(s)")
+        return
+    yield StringCommand(PERSISTENCE_COMMAND)
+
+
+@operation()
+def power_limits(setting: PowerSetting):
+    """
+    Set GPU power limits (nvidia-smi -pl) where they differ, each read back.
+
+    + setting: watts, 'default', 'max', or {GPU index: one of those}
+    """
+    report = smi_report()
+    if not report.present:
+        host.noop("power limits: not applicable (no NVIDIA driver / nvidia-smi)")
+        return
+    targets, problems = power_limit_targets(setting, report.gpus)
+    if problems:
+        raise OperationValueError("; ".join(problems))
+    current = {g.index: g.power_limit_w for g in report.gpus}
+    todo = {i: w for i, w in targets.items()
+            if current.get(i) is None or int(round(current[i] or 0)) != w}
+    for index, watts in todo.items():
+        yield StringCommand(power_limit_command(index, watts))
+    if not todo:
+        host.noop("power limits: " + ", ".join(f"GPU{i} {w} W" for i, w in targets.items()))
