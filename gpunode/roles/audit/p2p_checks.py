@@ -17,11 +17,11 @@ from __future__ import annotations
 from itertools import combinations
 
 from gpunode.roles.audit.gpu_checks import lspci_gpus, smi_gpus
-from gpunode.roles.profile.check import DEPLOY_FIX, Check, not_applicable, ok
 from gpunode.roles.audit.snapshot import NodeSnapshot
 from gpunode.roles.facts.gpu_topology import CPU_PATHS, P2P_OK, pair_key
 from gpunode.roles.facts.pcie import PcieDevice
 from gpunode.roles.ops.pcie import ACS_SETPCI_ARGUMENT, acs_redirecting, selected_devices
+from gpunode.roles.profile.check import DEPLOY_FIX, Check, not_applicable, ok
 from gpunode.roles.profile.node import NodeProfile
 
 KIND = "GPU P2P path"

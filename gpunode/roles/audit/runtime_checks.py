@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from gpunode.roles.audit.gpu_checks import NOT_READ, is_nvidia_gpu, lspci_gpus, smi_gpus
 from gpunode.roles.audit.gpu_checks import _smi_missing as smi_missing
-from gpunode.roles.profile.check import DEPLOY_FIX, Check, not_applicable, ok
 from gpunode.roles.audit.snapshot import NodeSnapshot
 from gpunode.roles.facts.nvidia import NvidiaGpu
 from gpunode.roles.facts.nvidia_modules import (
@@ -19,6 +18,7 @@ from gpunode.roles.facts.nvidia_modules import (
     wanted_flavour,
 )
 from gpunode.roles.ops.nvidia import power_limit_targets
+from gpunode.roles.profile.check import DEPLOY_FIX, Check, not_applicable, ok
 from gpunode.roles.profile.node import NodeProfile
 
 NO_DRIVER = "not applicable: no NVIDIA driver on this node"

@@ -32,8 +32,8 @@ from gpunode.roles.facts.nvidia_modules import (
     gpu_architectures,
     wanted_flavour,
 )
-from gpunode.roles.facts.pcie import PcieDevice, PcieDevices
 from gpunode.roles.facts.owned import OwnedFiles
+from gpunode.roles.facts.pcie import PcieDevice, PcieDevices
 from gpunode.roles.facts.sections import as_model, as_models, fact_data
 from gpunode.roles.ops.apt import apt_hold
 from gpunode.roles.ops.nvidia_pin import NVIDIA_PATTERNS, PREFERENCES_FILE, nvidia_pin
@@ -104,8 +104,8 @@ def nvidia_driver_reads(profile: NodeProfile) -> list[FactRead]:
              FactRead(NvidiaKernelModule), FactRead(NvidiaSmi), FactRead(PcieDevices)]
     if profile.nvidia_driver is None:
         return reads
-    return [*reads, FactRead(NvidiaDriverVersion), FactRead(OwnedFiles, {"paths": [PREFERENCES_FILE]}),
-            FactRead(AptHolds)]
+    return [*reads, FactRead(NvidiaDriverVersion),
+            FactRead(OwnedFiles, {"paths": [PREFERENCES_FILE]}), FactRead(AptHolds)]
 
 
 @deploy("gpunode: NVIDIA driver pin and module flavour")
