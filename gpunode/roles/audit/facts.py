@@ -48,6 +48,7 @@ from gpunode.roles.facts.pcie import normalize_bdf, parse_pci_paths
 from gpunode.roles.facts.proxmox import PveVersion, parse_proxmox_kernel_list, parse_pveversion
 from gpunode.roles.facts.sections import MARKER, section_command, split_sections
 from gpunode.roles.lxc_gpu.facts import parse_pct_list, parse_pve_lxc_config_fact
+from gpunode.roles.lxc_gpu.numa import GPU_NUMA_COMMAND, GpuNuma, local_cpuset, parse_gpu_numa
 from gpunode.roles.lxc_gpu.pve_config import (
     cgroup_v1_entries,
     get,
@@ -55,6 +56,7 @@ from gpunode.roles.lxc_gpu.pve_config import (
     main_options,
     parse_pve_lxc_config,
 )
+from gpunode.roles.lxc_gpu.takeover import dev_path, mount_target
 
 __all__ = [
     "AUDIT_COMMAND",
@@ -178,6 +180,14 @@ class ContainerState(BaseModel):
     """nvidia-smi's first line inside the container when it printed no version."""
     memlock_live: str | None = None
     """Soft 'Max locked memory' of the container's init (/proc/1/limits)."""
+    gpus: list[int] = Field(default_factory=list)
+    """GPU indices (N of /dev/nvidiaN) the config passes, by mount or devN key."""
+    cpuset_cpus: str | None = None
+    """lxc.cgroup2.cpuset.cpus in the main section (None = not set: pvestatd moves it)."""
+    cpuset_mems: str | None = None
+    local_cpus: str | None = None
+    """The CPUs of its GPUs' NUMA node(s); None: nothing to pin (one node, or unknown)."""
+    local_mems: str | None = None
     cgroup_v1: list[tuple[str, str]] = Field(default_factory=list)
     """The main section's lxc.cgroup.* (cgroup v1) entries: ignored on cgroup v2 hosts."""
 
@@ -360,9 +370,33 @@ def is_gpu_container(config_text: str) -> bool:
                for value in get_all(config, "lxc.cgroup2.devices.allow"))
 
 
+_GPU_NODE_RE = re.compile(r"^dev/nvidia(\d+)$")
+
+
+def passed_gpus(config_text: str) -> list[int]:
+    """GPU indices a config hands to its container: mounts at dev/nvidiaN (any spelling of
+    the target) and devN keys for /dev/nvidiaN."""
+    config = parse_pve_lxc_config(config_text)
+    gpus = set()
+    for line in config.main.lines:
+        if line.kind != "key" or line.key is None:
+            continue
+        if line.key == "lxc.mount.entry":
+            target = mount_target(line.value or "") or ""
+        elif re.match(r"^dev\d+$", line.key):
+            target = dev_path(line.value or "").lstrip("/")
+        else:
+            continue
+        match = _GPU_NODE_RE.match(target)
+        if match:
+            gpus.add(int(match.group(1)))
+    return sorted(gpus)
+
+
 def container_state(vmid: int, config_text: str | None, listed: dict[str, str] | None,
-                    exec_text: str | None) -> ContainerState:
-    """One container from its config text, its `pct list` row and the in-container probe."""
+                    exec_text: str | None, numa: GpuNuma | None = None) -> ContainerState:
+    """One container from its config text, its `pct list` row and the in-container probe;
+    ``numa`` (the host's GPU placement) gives the cpuset local to its GPUs."""
     listed = listed or {}
     gpu = bool(config_text) and is_gpu_container(config_text or "")
     config = parse_pve_lxc_config(config_text) if config_text else None
@@ -370,12 +404,19 @@ def container_state(vmid: int, config_text: str | None, listed: dict[str, str] |
     version = error = memlock_live = None
     if exec_text is not None:
         version, error, memlock_live = parse_container_exec(exec_text)
+    gpus = passed_gpus(config_text) if config_text else []
+    local = local_cpuset(numa, gpus)
     return ContainerState(
         vmid=vmid, name=listed.get("name", ""), status=listed.get("status", ""),
         config_read=config_text is not None, gpu=gpu,
         memlock_config=memlock, exec_ran=exec_text is not None, driver_version=version,
         driver_error=error, memlock_live=memlock_live,
         cgroup_v1=cgroup_v1_entries(config) if config else [],
+        gpus=gpus,
+        cpuset_cpus=get(config, "lxc.cgroup2.cpuset.cpus") if config else None,
+        cpuset_mems=get(config, "lxc.cgroup2.cpuset.mems") if config else None,
+        local_cpus=local[0] if local else None,
+        local_mems=local[1] if local else None,
     )
 
 
@@ -397,9 +438,10 @@ def parse_audit_sections(text: str) -> AuditExtras:
                 except ValueError:
                     configs[vmid] = None
         vmids = sorted(set(configs) | set(listed))
+        numa = parse_gpu_numa(text or "")
         containers = [
             container_state(vmid, configs.get(vmid), listed.get(vmid),
-                            sections.get(f"ct_exec:{vmid}"))
+                            sections.get(f"ct_exec:{vmid}"), numa)
             for vmid in vmids
         ]
     return AuditExtras(
@@ -486,6 +528,7 @@ AUDIT_COMMAND = "; ".join(
         section_command("has_pct", "command -v pct >/dev/null && echo yes"),
         section_command("pct_list", "command -v pct >/dev/null && pct list"),
         section_command("containers", "command -v pct >/dev/null && " + _CONTAINERS_LOOP),
+        GPU_NUMA_COMMAND,
     ]
 )
 

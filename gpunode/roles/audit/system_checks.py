@@ -13,6 +13,7 @@ from gpunode.roles.audit.gpu_checks import NOT_READ, lspci_gpus
 from gpunode.roles.audit.snapshot import NodeSnapshot
 from gpunode.roles.facts.cmdline import grub_cmdline_value
 from gpunode.roles.facts.dpkg import upstream_version
+from gpunode.roles.lxc_gpu.numa import parse_cpulist
 from gpunode.roles.profile.check import DEPLOY_FIX, Check, not_applicable, ok
 from gpunode.roles.profile.container import cgroup_v1_fix
 from gpunode.roles.profile.node import NodeProfile
@@ -214,7 +215,42 @@ def check_containers(snap: NodeSnapshot,
         want = str((memlock or {}).get(ct.vmid, CONTAINER_MEMLOCK))
         checks.append(_container_memlock(ct, want))
         checks.append(_container_driver(ct, host_driver))
+        if ct.local_cpus is not None:
+            checks.append(_container_numa(ct))
     return checks
+
+
+def _container_numa(ct: ContainerState) -> Check:
+    """The container's cpuset against its GPUs' NUMA node(s). Without
+    lxc.cgroup2.cpuset.cpus pvestatd spreads it over the whole host; a cpuset elsewhere
+    puts every host-to-GPU copy across the socket link."""
+    name, kind = f"{_ct_label(ct)} NUMA placement", "container NUMA placement"
+    gpus = ", ".join(str(g) for g in ct.gpus)
+    want = f"cpus {ct.local_cpus}, mems {ct.local_mems} (GPU {gpus})"
+    live = f"cpus {ct.cpuset_cpus or 'not set'}, mems {ct.cpuset_mems or 'not set'}"
+    local = _within(ct.cpuset_cpus, ct.local_cpus) and _within(ct.cpuset_mems, ct.local_mems)
+    if local:
+        return ok(name, live, want, kind=kind)
+    return Check(
+        name=name, status="P1", live=live, want=want, kind=kind,
+        fix=f"lxc.cgroup2.cpuset.cpus: {ct.local_cpus} and lxc.cgroup2.cpuset.mems: "
+        f"{ct.local_mems} in /etc/pve/lxc/{ct.vmid}.conf (the lxc_gpu role writes them for "
+        f"declared containers: cpuset_cpus/cpuset_mems 'auto'), then pct reboot {ct.vmid}",
+        note="not local to its GPUs: host-to-GPU copies and the server's threads cross "
+        "the socket link" + ("" if ct.cpuset_cpus else "; pvestatd moves an unpinned "
+        "container's CPUs around the whole host"),
+        pending="restart",
+    )
+
+
+def _within(declared: str | None, local: str | None) -> bool:
+    """A cpu/node list inside another (both in the kernel's list format)."""
+    if declared is None or local is None:
+        return False
+    try:
+        return set(parse_cpulist(declared)) <= set(parse_cpulist(local))
+    except ValueError:
+        return False
 
 
 def _ct_label(ct: ContainerState) -> str:

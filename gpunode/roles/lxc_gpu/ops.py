@@ -40,6 +40,8 @@ from gpunode.roles.lxc_gpu.facts import (
 from gpunode.roles.lxc_gpu.numa import GpuNuma
 from gpunode.roles.lxc_gpu.passthrough import DeviceNode
 from gpunode.roles.lxc_gpu.plan import new_container_lines, restart_reasons, take_over
+from gpunode.roles.lxc_gpu.takeover import Decision
+from gpunode.roles.ops.changes import report_change
 from gpunode.roles.ops.files import sha1_text
 from gpunode.roles.profile.container import (
     ContainerSpec,
@@ -176,13 +178,25 @@ def container_config_lines(spec: ContainerSpec):
     majors, devices = host_devices()
     result = take_over(text, spec, majors, devices, **_gpu_facts())
     new_text = pve_config.render(result.config)
-    for decision in result.decisions:
-        if decision.action != "keep" or new_text != text:
-            logger.info(f"{host.name}: {config_path(spec.vmid)}: {decision}")
+    report_decisions(config_path(spec.vmid), result.decisions, changed=new_text != text)
     if new_text == text:
         host.noop(f"{config_path(spec.vmid)}: GPU lines up to date")
         return
     yield from guarded_write_commands(spec.vmid, text, new_text)
+
+
+def report_decisions(path: str, decisions: Sequence[Decision], changed: bool) -> None:
+    """The take-over, line by line: changes as change lines (old -> new, why); when the file
+    changes, also each GPU line kept or left alone, and why, so nothing the user wrote
+    disappears unnamed."""
+    for d in decisions:
+        if d.action == "replace":
+            report_change(path, d.line, d.new, where=d.reason)
+        elif d.action in ("add", "remove"):
+            report_change(f"{path} {d.action}", new=d.line, where=d.reason)
+        elif changed:
+            prefix = getattr(host, "print_prefix", None) or f"[{host.name}] "
+            logger.info(f"{prefix}{path}: {d}")
 
 
 def refuse_if_locked(vmid: int, config_text: str) -> None:

@@ -20,17 +20,21 @@ from typing import Any
 from pyinfra.api.exceptions import PyinfraError
 
 from gpunode.roles.facts.nvidia import NvidiaDriverVersion
-from gpunode.roles.facts.sections import fact_data
+from gpunode.roles.facts.proxmox import PveVersion, PveVersionFact
+from gpunode.roles.facts.sections import as_model, fact_data
 from gpunode.roles.lxc_gpu import pve_config
 from gpunode.roles.lxc_gpu.facts import (
+    GpuNumaTopology,
     NvidiaDevices,
     PveGuest,
     PveGuests,
     PveLxcConfigText,
     existing_guest_names,
 )
+from gpunode.roles.lxc_gpu.numa import GpuNuma, format_cpulist, parse_cpulist
 from gpunode.roles.lxc_gpu.passthrough import DeviceNode, PassthroughError, gpu_indices_on_host
 from gpunode.roles.lxc_gpu.plan import desired_lxc_lines
+from gpunode.roles.lxc_gpu.takeover import passthrough_style
 from gpunode.roles.profile.container import (
     ContainerSpec,
     ContainerSpecError,
@@ -68,6 +72,10 @@ class HostFacts:
     driver: str | None = None
     configs: dict[int, str | None] = field(default_factory=dict)
     """/etc/pve/lxc/VMID.conf of the declared containers that exist on this node."""
+    pve_version: str | None = None
+    """pve-manager version ("8.2.4"); None when unknown."""
+    numa: GpuNuma = field(default_factory=GpuNuma)
+    """The NUMA nodes' CPUs and the GPUs' nodes (cpuset checks)."""
 
 
 def declared_containers(data: Any) -> Any:
@@ -93,6 +101,9 @@ def read_host_facts(host: Any, raw: Any) -> HostFacts:
         devices=[DeviceNode(**dict(d)) for d in devices_fact["devices"]],
         driver=host.get_fact(NvidiaDriverVersion),
     )
+    pve = as_model(PveVersion, host.get_fact(PveVersionFact))
+    facts.pve_version = pve.manager_version if pve.present else None
+    facts.numa = as_model(GpuNuma, host.get_fact(GpuNumaTopology))
     for item in raw if isinstance(raw, list) else []:
         vmid = item.get("vmid") if isinstance(item, Mapping) else None
         guest = guests.get(vmid) if isinstance(vmid, int) else None
@@ -142,6 +153,7 @@ def check_host_containers(host_name: str, raw: Any, facts: HostFacts) -> list[Co
                     fix=str(exc),
                 )
             )
+        problems += _passthrough_problems(prefix, spec, facts)
         if spec.nvidia_driver and spec.nvidia_driver != facts.driver:
             problems.append(
                 SpecProblem(
@@ -179,6 +191,37 @@ def check_host_containers(host_name: str, raw: Any, facts: HostFacts) -> list[Co
     if problems:
         raise ContainerSpecError(host_name, problems)
     return specs
+
+
+def _passthrough_problems(prefix: str, spec: ContainerSpec, facts: HostFacts
+                          ) -> list[SpecProblem]:
+    """devN keys on a Proxmox without them; a cpuset naming CPUs or nodes the host lacks."""
+    problems = []
+    style, explicit = passthrough_style(spec.gpu_passthrough, facts.pve_version)
+    if explicit and style == "dev" and passthrough_style("auto", facts.pve_version)[0] != "dev":
+        problems.append(SpecProblem(
+            field=f"{prefix}.gpu_passthrough", value=spec.gpu_passthrough,
+            problem=f"pve-manager {facts.pve_version or '(unknown)'} has no devN keys "
+            "(Proxmox VE 8.2 and later)",
+            fix="use 'auto' or 'mount', or upgrade Proxmox VE",
+        ))
+    numa = facts.numa
+    checks = (
+        ("cpuset_cpus", spec.cpuset_cpus, numa.cpus, "CPUs"),
+        ("cpuset_mems", spec.cpuset_mems, set(numa.node_cpus), "NUMA nodes"),
+    )
+    for name, declared, known, what in checks:
+        if declared in (None, "auto") or not known:
+            continue
+        missing = sorted(set(parse_cpulist(declared)) - known)
+        if missing:
+            problems.append(SpecProblem(
+                field=f"{prefix}.{name}", value=declared,
+                problem=f"the host has no {what} {format_cpulist(missing)} "
+                f"(it has {format_cpulist(known)})",
+                fix=f"use {what} of {format_cpulist(known)}, or 'auto'",
+            ))
+    return problems
 
 
 def validate_container_hosts(hosts: Iterable[Any]) -> dict[str, list[ContainerSpec]]:

@@ -380,3 +380,36 @@ def test_tuning_only_snapshot_says_not_read():
 def test_misconfigured_node_is_still_misconfigured_after_a_no_op():
     profile, snap = misconfigured()
     assert audit_checks(profile, snap) == audit_checks(profile, snap.model_copy())
+
+
+def test_container_cpuset_not_local_to_its_gpus():
+    """GPU 0 of the composed config sits on node 1 of a two-socket host (the Xeon 8470Q node
+    lists): unpinned, and pinned to node 0, it is reported; pinned to node 1 it is ok."""
+    from gpunode.roles.audit.facts import container_state
+    from gpunode.roles.lxc_gpu.numa import parse_gpu_numa
+
+    numa = parse_gpu_numa(
+        read("lxc/numa-node-cpulist-xeon-8470q.txt")
+        + "\n/proc/driver/nvidia/gpus/0000:98:00.0/information:Device Minor: \t 0\n"
+        + "/sys/bus/pci/devices/0000:98:00.0/numa_node:1\n"
+    )
+    conf = read("lxc/composed-gpu-pending-snapshots-110.conf")
+    host = {"driver_loaded": "550.54.15", "pve": PveVersion(present=True)}
+    row = {"status": "stopped", "lock": "", "name": "llm-a"}
+
+    def numa_check(config):
+        ct = container_state(110, config, row, None, numa)
+        return check_containers(bare(containers=[ct], **host))[-1]
+
+    unpinned = numa_check(conf)
+    assert (unpinned.name, unpinned.status, unpinned.pending) == (
+        "CT 110 (llm-a) NUMA placement", "P1", "restart")
+    assert unpinned.live == "cpus not set, mems not set"
+    assert unpinned.want == "cpus 52-103,156-207, mems 1 (GPU 0)"
+    assert "pvestatd" in unpinned.note
+    pinned = "lxc.cgroup2.cpuset.cpus: {}\nlxc.cgroup2.cpuset.mems: {}\n"
+    main, rest = conf.split("\n[pve:pending]", 1)
+    wrong = main + pinned.format("0-51", "0") + "\n[pve:pending]" + rest
+    assert numa_check(wrong).status == "P1"
+    right = main + pinned.format("52-60", "1") + "\n[pve:pending]" + rest
+    assert numa_check(right).status == "ok"

@@ -261,3 +261,30 @@ def test_devn_for_a_node_missing_on_the_host_becomes_an_optional_mount():
 )
 def test_passthrough_style(choice, version, expected):
     assert passthrough_style(choice, version) == expected
+
+
+def test_cpuset_auto_pins_the_container_to_its_gpus_node_and_replaces_a_users_cpuset():
+    """A hand-written cpuset elsewhere is replaced in place, and said so; the declared list
+    wins over 'auto'; None leaves the user's line alone."""
+    from gpunode.roles.lxc_gpu.numa import GpuNuma
+
+    numa = GpuNuma(
+        node_cpus={0: [0, 1, 2, 3], 1: [4, 5, 6, 7]},
+        gpu_bdf={0: "0000:07:00.0", 5: "0000:8b:00.0"},
+        bdf_node={"0000:07:00.0": 0, "0000:8b:00.0": 1},
+    )
+    text = read("frigate-7640-102.conf").replace(
+        "lxc.cap.drop: \n", "lxc.cap.drop: \nlxc.cgroup2.cpuset.cpus: 0-1\n"
+    )
+    result = take_over(text, spec(gpus=[5]), MAJORS, NODES, numa=numa)
+    out = pc.render(result.config)
+    assert "lxc.cap.drop: \nlxc.cgroup2.cpuset.cpus: 4-7\n" in out
+    (replace,) = [d for d in result.decisions if d.action == "replace"]
+    assert (replace.line, replace.new) == (
+        "lxc.cgroup2.cpuset.cpus: 0-1", "lxc.cgroup2.cpuset.cpus: 4-7")
+    assert "lxc.cgroup2.cpuset.mems: 1" in out.splitlines()
+    declared = edit_config_text(text, spec(gpus=[5], cpuset_cpus="6-7"), MAJORS, NODES, numa=numa)
+    assert "lxc.cgroup2.cpuset.cpus: 6-7" in declared.splitlines()
+    alone = edit_config_text(text, spec(gpus=[5], cpuset_cpus=None), MAJORS, NODES, numa=numa)
+    assert "lxc.cgroup2.cpuset.cpus: 0-1" in alone.splitlines()
+    assert edit_config_text(out, spec(gpus=[5]), MAJORS, NODES, numa=numa) == out

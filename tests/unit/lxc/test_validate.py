@@ -5,6 +5,7 @@ from types import SimpleNamespace
 import pytest
 
 from gpunode.roles.lxc_gpu.facts import PveGuest
+from gpunode.roles.lxc_gpu.numa import GpuNuma
 from gpunode.roles.lxc_gpu.passthrough import parse_nvidia_dev_listing, parse_proc_devices
 from gpunode.roles.lxc_gpu.validate import (
     ContainerDeployError,
@@ -114,6 +115,10 @@ class FakeHost:
             return f.driver
         if name == "PveLxcConfigText":
             return f.configs.get(kwargs["vmid"])
+        if name == "PveVersionFact":
+            return {"present": f.pve_version is not None, "manager_version": f.pve_version}
+        if name == "GpuNumaTopology":
+            return f.numa
         raise AssertionError(name)
 
 
@@ -143,3 +148,32 @@ def test_locked_container_is_refused():
     )
     (line,) = problems([item()], facts(configs={110: config}))
     assert "containers[0].vmid = 110: the container is locked (backup)" in line
+
+
+TWO_NODES = GpuNuma(
+    node_cpus={0: list(range(0, 52)) + list(range(104, 156)),
+               1: list(range(52, 104)) + list(range(156, 208))},
+)
+
+
+def test_devn_keys_need_proxmox_8_2():
+    lines = problems([item(gpu_passthrough="dev")], facts(pve_version="8.1.10"))
+    assert lines == [
+        "pve1: containers[0].gpu_passthrough = 'dev': pve-manager 8.1.10 has no devN keys "
+        "(Proxmox VE 8.2 and later). Fix: use 'auto' or 'mount', or upgrade Proxmox VE"
+    ]
+    assert check_host_containers("pve1", [item(gpu_passthrough="dev")], facts(pve_version="8.2.4"))
+
+
+def test_a_cpuset_is_checked_against_the_hosts_cpus_and_nodes():
+    lines = problems(
+        [item(cpuset_cpus="0-3,200-215", cpuset_mems="1-2")], facts(numa=TWO_NODES)
+    )
+    assert lines == [
+        "pve1: containers[0].cpuset_cpus = '0-3,200-215': the host has no CPUs 208-215 "
+        "(it has 0-207). Fix: use CPUs of 0-207, or 'auto'",
+        "pve1: containers[0].cpuset_mems = '1-2': the host has no NUMA nodes 2 "
+        "(it has 0-1). Fix: use NUMA nodes of 0-1, or 'auto'",
+    ]
+    ok = [item(cpuset_cpus="52-103", cpuset_mems="1")]
+    assert check_host_containers("pve1", ok, facts(numa=TWO_NODES))
