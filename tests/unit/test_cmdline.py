@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from gpunode.roles.facts.cmdline import (
+    CMDLINE_COMMAND,
     edit_grub_default,
     grub_cmdline_value,
     merge_cmdline,
@@ -102,3 +103,21 @@ def test_grub_default_entry_keeps_the_blank_line_above_it():
     assert len(once.splitlines()) == len(DEBIAN_GRUB.splitlines())
     assert once.splitlines()[4] == ""
     assert set_grub_default_entry(once, entry) == once
+
+
+def test_parse_sections_reads_skipped_esps_from_the_status():
+    """proxmox-boot-tool status with stderr: the stale ESP of a real systemd-boot host."""
+    status = (DATA / "proxmox" / "boot_tool_status_uefi_2esp_stale.txt").read_text()
+    text = "\n".join([
+        "@@gpunode:proc_cmdline", "root=ZFS=rpool/ROOT/pve-1 boot=zfs", "",
+        "@@gpunode:has_kernel_cmdline", "yes", "",
+        "@@gpunode:kernel_cmdline", "root=ZFS=rpool/ROOT/pve-1 boot=zfs", "",
+        "@@gpunode:boottool_status", status.rstrip("\n"), "",
+    ])
+    state = parse_cmdline_sections(text)
+    assert state.systemd_boot is True
+    assert [(p.uuid, p.problem) for p in state.esp_problems] == [("CE07-1118", "missing")]
+
+
+def test_cmdline_command_keeps_the_tools_warnings():
+    assert "proxmox-boot-tool status 2>&1" in CMDLINE_COMMAND

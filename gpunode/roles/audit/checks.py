@@ -30,6 +30,7 @@ from gpunode.roles.audit.runtime_checks import (
 )
 from gpunode.roles.audit.snapshot import NodeSnapshot
 from gpunode.roles.audit.system_checks import (
+    check_boot_esps,
     check_containers,
     check_driver,
     check_kernel,
@@ -230,5 +231,6 @@ def audit_checks(
         *check_module_flavour(profile, snap),
         *check_kernel(profile, snap),
         *check_proxmox(snap),
+        *check_boot_esps(snap),
         *check_containers(snap, container_memlock),
     ]

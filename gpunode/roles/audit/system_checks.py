@@ -13,6 +13,7 @@ from gpunode.roles.audit.gpu_checks import NOT_READ, lspci_gpus
 from gpunode.roles.audit.snapshot import NodeSnapshot
 from gpunode.roles.facts.cmdline import grub_cmdline_value
 from gpunode.roles.facts.dpkg import upstream_version
+from gpunode.roles.facts.proxmox import esp_problem_message
 from gpunode.roles.lxc_gpu.numa import parse_cpulist
 from gpunode.roles.profile.check import DEPLOY_FIX, Check, not_applicable, ok
 from gpunode.roles.profile.container import cgroup_v1_fix
@@ -178,6 +179,20 @@ def check_proxmox(snap: NodeSnapshot) -> list[Check]:
     if snap.pve.running_kernel:
         live += f", running kernel {snap.pve.running_kernel}"
     return [ok(name, live, kind=kind)]
+
+
+def check_boot_esps(snap: NodeSnapshot) -> list[Check]:
+    """ESPs of /etc/kernel/proxmox-boot-uuids that `proxmox-boot-tool status` skipped (stale
+    UUID, unreadable FAT): one row each; none on a host where every ESP was read."""
+    checks = []
+    for problem in snap.cmdline.esp_problems:
+        message = esp_problem_message(problem)
+        live, _, fix = message.partition(" Fix: ")
+        checks.append(Check(name=f"ESP {problem.uuid}", status="P0", kind="boot ESP",
+                            live=f"{problem.problem}: {live.split(': ', 1)[1]}",
+                            want="mounted by proxmox-boot-tool", fix=fix,
+                            note="a disk booting from it starts an old kernel or command line"))
+    return checks
 
 
 def _memlock_value(value: str | None) -> str | None:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import re
 
+from pydantic import Field
 from pyinfra.api import FactBase
 
+from gpunode.roles.facts.proxmox import EspProblem, parse_proxmox_boot_tool_status
 from gpunode.roles.facts.sections import FactModel, section_command, split_sections
 
 GRUB_DEFAULT_FILE = "/etc/default/grub"
@@ -22,6 +24,9 @@ class CmdlineState(FactModel):
     grub_default_text: str | None = None
     kernel_cmdline_text: str | None = None
     systemd_boot: bool = False
+    esp_problems: list[EspProblem] = Field(default_factory=list)
+    """ESPs `proxmox-boot-tool status` skipped (stale UUID, failed mount): no kernel or
+    command line reaches them (gpunode.roles.facts.proxmox)."""
 
     @property
     def configured(self) -> list[str]:
@@ -118,11 +123,13 @@ def parse_cmdline_sections(text: str) -> CmdlineState:
     grub = sections.get("grub_default")
     kernel = sections.get("kernel_cmdline")
     boottool = sections.get("boottool_mode", "").strip()
+    status_text = sections.get("boottool_status", "")
     return CmdlineState(
         booted=split_cmdline(sections.get("proc_cmdline", "")),
         grub_default_text=(grub + "\n") if grub is not None and sections.get("has_grub") else None,
         kernel_cmdline_text=kernel if sections.get("has_kernel_cmdline") else None,
-        systemd_boot=boottool == "uefi",
+        systemd_boot=boottool == "uefi" or "configured with: uefi" in status_text,
+        esp_problems=parse_proxmox_boot_tool_status(status_text).esp_problems,
     )
 
 
@@ -133,10 +140,11 @@ CMDLINE_COMMAND = "; ".join(
         section_command("grub_default", f"cat {GRUB_DEFAULT_FILE}"),
         section_command("has_kernel_cmdline", f"test -f {KERNEL_CMDLINE_FILE} && echo yes"),
         section_command("kernel_cmdline", f"cat {KERNEL_CMDLINE_FILE}"),
+        # stderr too: the tool prints skipped ESPs there (WARN ... does not exist, mount of
+        # ... failed).
         section_command(
-            "boottool_mode",
-            "command -v proxmox-boot-tool >/dev/null && proxmox-boot-tool status 2>/dev/null"
-            " | grep -q 'configured with: uefi' && echo uefi",
+            "boottool_status",
+            "command -v proxmox-boot-tool >/dev/null && proxmox-boot-tool status 2>&1",
         ),
     ]
 )

@@ -4,7 +4,8 @@
   6.8.12-1-pve)", PVE 7 prints "pve-manager/7.4-3/9002ab8a ...") and the first two lines of
   `pveversion -v` ("proxmox-ve: 8.3.0 (running kernel: ...)", "pve-manager: 8.3.2 (running
   version: 8.3.2/...)").
-- `parse_proxmox_boot_tool_status()`: which boot loader the kernel command line belongs to.
+- `parse_proxmox_boot_tool_status()`: which boot loader the kernel command line belongs to,
+  and the ESPs the tool skipped (`EspProblem`: stale UUID, failed mount...).
 - `parse_proxmox_kernel_list()`: kernels kept on the ESPs and the pinned one.
 
 Boot loader decision (`BootToolStatus.mode`), from proxmox-boot-tool's own logic
@@ -19,6 +20,15 @@ systemd-boot's loader.conf, "grub" when it holds a grub directory):
 | "E: /etc/kernel/proxmox-boot-uuids does not exist."    | "grub"         | False   |
 | anything else from the tool                            | "unknown"      | False   |
 | no output at all (tool missing: not a PVE host)        | None, present=False      |
+
+ESPs the tool lists in /etc/kernel/proxmox-boot-uuids but skips are `esp_problems`, never
+dropped silently: `esp_problem_message()` names each with its fix. The lines come from
+proxmox-kernel-helper's `_status_detail` (the same in Proxmox VE 8 and 9):
+"WARN: /dev/disk/by-uuid/UUID does not exist - clean '/etc/kernel/proxmox-boot-uuids'! -
+skipping" (a replaced disk), mount's own error then "mount of /dev/disk/by-uuid/UUID failed -
+skipping" (a broken FAT), "WARN: X read from ... does not look like a VFAT-UUID - skipping",
+"creation of mountpoint ... failed - skipping", "umount of ... failed - failure", and an ESP
+"configured with:" nothing (neither systemd-boot nor GRUB on it).
 
 "Does not exist" is what every ext4/xfs (LVM) install prints: the ESP list was never created
 because the plain Debian GRUB boots the host, so the command line lives in /etc/default/grub
@@ -41,10 +51,12 @@ from .sections import FactModel
 __all__ = [
     "BOOT_TOOL_SECTION_MARKER",
     "BootToolStatus",
+    "EspProblem",
     "ProxmoxBootInfo",
     "ProxmoxBootTool",
     "PveVersion",
     "PveVersionFact",
+    "esp_problem_message",
     "parse_proxmox_boot_tool",
     "parse_proxmox_boot_tool_status",
     "parse_proxmox_kernel_list",
@@ -60,6 +72,21 @@ class PveVersion(FactModel):
     """Running kernel, "6.8.12-1-pve"."""
 
 
+EspProblemKind = Literal[
+    "missing", "mount failed", "not a VFAT UUID", "no boot loader", "umount failed"
+]
+
+
+class EspProblem(FactModel):
+    """An ESP of /etc/kernel/proxmox-boot-uuids that proxmox-boot-tool skipped or could not
+    read: it gets no kernel and no command line on the next refresh."""
+
+    uuid: str
+    problem: EspProblemKind
+    detail: str = ""
+    """The tool's own line(s), e.g. mount's "can't read superblock on /dev/sdc2."."""
+
+
 class BootToolStatus(FactModel):
     present: bool
     """proxmox-boot-tool exists (the host is Proxmox VE)."""
@@ -72,6 +99,8 @@ class BootToolStatus(FactModel):
     """True for "System currently booted with uefi", False for "legacy bios", else None."""
     kernels_on_esps: list[str] = Field(default_factory=list)
     """Kernel versions found on the ESPs (union, output order)."""
+    esp_problems: list[EspProblem] = Field(default_factory=list)
+    """ESPs listed in /etc/kernel/proxmox-boot-uuids but skipped (see the module docstring)."""
 
 
 class ProxmoxBootInfo(FactModel):
@@ -114,31 +143,75 @@ _ESP_RE = re.compile(
 )
 _LOADER_RE = re.compile(r"(?P<loader>uefi|grub)\s*\(versions:\s*(?P<versions>[^)]*)\)")
 _NOT_CONFIGURED = "proxmox-boot-uuids does not exist"
+_BY_UUID = r"/dev/disk/by-uuid/(?P<uuid>\S+)"
+_SKIP_RES: tuple[tuple[re.Pattern[str], EspProblemKind], ...] = (
+    (re.compile(rf"^WARN: {_BY_UUID} does not exist - clean '[^']*'! - skipping$"), "missing"),
+    (re.compile(rf"^mount of {_BY_UUID} failed - skipping$"), "mount failed"),
+    (re.compile(r"^creation of mountpoint \S*/(?P<uuid>[^/\s]+) failed - skipping$"),
+     "mount failed"),
+    (re.compile(r"^WARN: (?P<uuid>.*) read from \S+ does not look like a VFAT-UUID - skipping$"),
+     "not a VFAT UUID"),
+    (re.compile(rf"^umount of {_BY_UUID} failed - failure$"), "umount failed"),
+)
+# mount's own error, printed just before "mount of ... failed": "mount: /var/tmp/espmounts/
+# 1FDE-91BC: can't read superblock on /dev/sdc2." and its indented continuation lines.
+_MOUNT_ERROR_RE = re.compile(r"^mount: \S*/espmounts/(?P<uuid>[^/:\s]+): (?P<error>.*)$")
+
+
+def _esp_problem(line: str, mount_errors: dict[str, str]) -> EspProblem | None:
+    """The EspProblem a status line reports, or None."""
+    for pattern, kind in _SKIP_RES:
+        match = pattern.match(line)
+        if match:
+            uuid = match.group("uuid").strip()
+            detail = mount_errors.get(uuid, "") if kind == "mount failed" else ""
+            return EspProblem(uuid=uuid, problem=kind, detail=detail or line)
+    return None
+
+
+def _mount_errors(lines: list[str]) -> dict[str, str]:
+    """{uuid: mount's error text} from `mount: .../espmounts/UUID: ...` lines."""
+    errors: dict[str, str] = {}
+    for line in lines:
+        match = _MOUNT_ERROR_RE.match(line)
+        if match:
+            errors[match.group("uuid")] = match.group("error").strip()
+    return errors
 
 
 def parse_proxmox_boot_tool_status(text: str) -> BootToolStatus:
     """Parse `proxmox-boot-tool status 2>&1` (see the module docstring for the mode table)."""
     if not text or not text.strip():
         return BootToolStatus(present=False)
+    lines = [raw.strip() for raw in text.splitlines()]
+    mount_errors = _mount_errors(lines)
     booted_uefi: bool | None = None
     esps: list[str] = []
     loaders: set[str] = set()
     kernels: list[str] = []
+    problems: list[EspProblem] = []
     not_configured = False
-    for raw in text.splitlines():
-        line = raw.strip()
+    for line in lines:
         if line.startswith("System currently booted with"):
             booted_uefi = "uefi" in line
             continue
         if _NOT_CONFIGURED in line and line.startswith("E:"):
             not_configured = True
             continue
+        problem = _esp_problem(line, mount_errors)
+        if problem is not None:
+            problems.append(problem)
+            continue
         esp = _ESP_RE.match(line)
         if not esp:
             continue
         if esp.group("uuid") not in esps:
             esps.append(esp.group("uuid"))
-        for loader in _LOADER_RE.finditer(esp.group("what")):
+        found = list(_LOADER_RE.finditer(esp.group("what")))
+        if not found:
+            problems.append(EspProblem(uuid=esp.group("uuid"), problem="no boot loader",
+                                       detail=line))
+        for loader in found:
             loaders.add(loader.group("loader"))
             for version in loader.group("versions").split(","):
                 version = version.strip()
@@ -159,7 +232,45 @@ def parse_proxmox_boot_tool_status(text: str) -> BootToolStatus:
         managed=managed,
         booted_uefi=booted_uefi,
         kernels_on_esps=kernels,
+        esp_problems=problems,
     )
+
+
+_ESP_FIXES: dict[str, str] = {
+    "missing": "the disk is gone or was replaced: `proxmox-boot-tool clean` removes the UUID; "
+    "after a disk replacement `proxmox-boot-tool format /dev/NEW-ESP` then "
+    "`proxmox-boot-tool init /dev/NEW-ESP` (add `grub` on a GRUB host)",
+    "mount failed": "check the disk (dmesg, smartctl) and its FAT (`fsck.vfat -a "
+    "/dev/THAT-PARTITION`); if it stays unreadable, `proxmox-boot-tool format "
+    "/dev/THAT-PARTITION --force` then `proxmox-boot-tool init /dev/THAT-PARTITION` (add "
+    "`grub` on a GRUB host), or `proxmox-boot-tool clean` once the disk is gone",
+    "not a VFAT UUID": "edit /etc/kernel/proxmox-boot-uuids: one VFAT UUID (XXXX-XXXX) a line",
+    "no boot loader": "`proxmox-boot-tool reinit` installs the boot loader on every listed ESP",
+    "umount failed": "something holds the ESP mounted: `fuser -vm /var/tmp/espmounts/*`, then "
+    "run `proxmox-boot-tool status` again",
+}
+
+
+_DEVICE_RE = re.compile(r" on (/dev/[^\s,]+?)\.?$")
+
+
+def esp_problem_message(problem: EspProblem) -> str:
+    """'ESP UUID: what happened; fix' (the partition named where mount's error names it)."""
+    what = {
+        "missing": "listed in /etc/kernel/proxmox-boot-uuids but no such partition",
+        "mount failed": "proxmox-boot-tool could not mount it",
+        "not a VFAT UUID": "a line of /etc/kernel/proxmox-boot-uuids is not a VFAT UUID",
+        "no boot loader": "neither systemd-boot nor GRUB is on it",
+        "umount failed": "proxmox-boot-tool could not unmount it",
+    }[problem.problem]
+    if problem.problem == "mount failed" and not problem.detail.startswith("mount of"):
+        what += f" ({problem.detail})"
+    fix = _ESP_FIXES[problem.problem]
+    device = _DEVICE_RE.search(problem.detail)
+    if device:
+        fix = fix.replace("/dev/THAT-PARTITION", device.group(1))
+    return (f"ESP {problem.uuid}: {what}; it gets no kernel or command line on "
+            f"`proxmox-boot-tool refresh`. Fix: {fix}")
 
 
 # --- proxmox-boot-tool kernel list ---------------------------------------------------------------

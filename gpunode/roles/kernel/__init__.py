@@ -19,7 +19,13 @@ from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.facts.cmdline import CmdlineState, KernelCmdline, missing_params
 from gpunode.roles.facts.cpu import CpuPower, CpuState
 from gpunode.roles.facts.kernels import InstalledKernels, KernelPackages
-from gpunode.roles.facts.proxmox import ProxmoxBootInfo, ProxmoxBootTool, PveVersion, PveVersionFact
+from gpunode.roles.facts.proxmox import (
+    ProxmoxBootInfo,
+    ProxmoxBootTool,
+    PveVersion,
+    PveVersionFact,
+    esp_problem_message,
+)
 from gpunode.roles.facts.sections import as_model
 from gpunode.roles.ops import proxmox
 from gpunode.roles.ops.apt import apt_hold
@@ -81,6 +87,8 @@ class BootPlan(BaseModel):
 
     params: dict[str, str | None]
     pending: dict[str, str | None]
+    esp_warnings: list[str] = []
+    """ESPs proxmox-boot-tool skips: a refresh or pin never reaches them."""
 
 
 def wanted_cmdline(profile: NodeProfile, cpu: CpuState) -> dict[str, str | None]:
@@ -103,7 +111,8 @@ def boot_plan(profile: NodeProfile) -> BootPlan:
     params = wanted_cmdline(profile, cpu)
     pending = missing_params(state.booted, params) if cmdline_managed(
         state, profile.bootloader) else {}
-    return BootPlan(params=params, pending=pending)
+    return BootPlan(params=params, pending=pending,
+                    esp_warnings=[esp_problem_message(p) for p in state.esp_problems])
 
 
 def pending_reboot_reasons(plan: BootPlan, pin: KernelPin | None) -> list[str]:
@@ -130,6 +139,8 @@ def kernel_reads(profile: NodeProfile) -> list[FactRead]:
 def kernel_boot(profile: NodeProfile) -> None:
     """Persist boot parameters; reboot if they are not live and the profile allows it."""
     plan = boot_plan(profile)
+    for warning in plan.esp_warnings:
+        logger.warning(f"{host.name}: {warning}")
     pin = kernel_pin_for_host(profile)
     if pin:
         apt_hold(name=f"Hold kernel {pin.version} packages", packages=pin.packages)

@@ -16,13 +16,18 @@ from gpunode.roles.audit.gpu_checks import (
     check_rebar,
 )
 from gpunode.roles.audit.snapshot import NodeSnapshot
-from gpunode.roles.audit.system_checks import check_containers, check_driver, check_kernel
+from gpunode.roles.audit.system_checks import (
+    check_boot_esps,
+    check_containers,
+    check_driver,
+    check_kernel,
+)
 from gpunode.roles.facts.cmdline import CmdlineState
 from gpunode.roles.facts.cpu import CpuState
 from gpunode.roles.facts.kernel_params import KernelParamsState
 from gpunode.roles.facts.kernels import parse_installed_kernels, parse_kernel_packages
 from gpunode.roles.facts.nvidia import parse_nvidia_smi_xml
-from gpunode.roles.facts.proxmox import PveVersion
+from gpunode.roles.facts.proxmox import PveVersion, parse_proxmox_boot_tool_status
 from gpunode.roles.lxc_gpu.pve_config import parse_pve_lxc_config, render, with_lxc_entry
 from gpunode.roles.ops.cmdline import set_grub_default_entry
 from gpunode.roles.profile.node import NodeProfile
@@ -413,3 +418,13 @@ def test_container_cpuset_not_local_to_its_gpus():
     assert numa_check(wrong).status == "P1"
     right = main + pinned.format("52-60", "1") + "\n[pve:pending]" + rest
     assert numa_check(right).status == "ok"
+
+
+def test_skipped_esps_are_audit_findings():
+    status = read("proxmox/boot_tool_status_grub_legacy_mount_failed_tanaka.txt")
+    problems = parse_proxmox_boot_tool_status(status).esp_problems
+    (check,) = check_boot_esps(bare(cmdline=CmdlineState(esp_problems=problems)))
+    assert (check.name, check.status, check.kind) == ("ESP 1FDE-91BC", "P0", "boot ESP")
+    assert check.live.startswith("mount failed: proxmox-boot-tool could not mount it")
+    assert "`proxmox-boot-tool init /dev/sdc2`" in check.fix
+    assert check_boot_esps(bare()) == []

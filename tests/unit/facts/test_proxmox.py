@@ -6,6 +6,7 @@ from gpunode.roles.facts.proxmox import (
     BOOT_TOOL_SECTION_MARKER,
     ProxmoxBootTool,
     PveVersionFact,
+    esp_problem_message,
     parse_proxmox_boot_tool,
     parse_proxmox_boot_tool_status,
     parse_proxmox_kernel_list,
@@ -138,3 +139,63 @@ def test_facts_on_a_host_without_proxmox():
     assert ProxmoxBootTool().default().status.present is False
     assert PveVersionFact().command().endswith("|| true")
     assert ProxmoxBootTool().command().endswith("true")
+
+
+# --- ESPs the tool skips: reported, never dropped ---------------------------------------------
+
+
+def test_stale_esp_is_a_problem_not_an_esp():
+    status = parse_proxmox_boot_tool_status(
+        read("proxmox/boot_tool_status_grub_legacy_stale_edgar.txt"))
+    assert (status.mode, status.esps, status.booted_uefi) == ("grub", ["EEC6-6947"], False)
+    (problem,) = status.esp_problems
+    assert (problem.uuid, problem.problem) == ("EEC8-2CDA", "missing")
+    message = esp_problem_message(problem)
+    assert message.startswith("ESP EEC8-2CDA: listed in /etc/kernel/proxmox-boot-uuids")
+    assert "`proxmox-boot-tool clean`" in message
+
+
+def test_stale_esp_on_a_systemd_boot_host():
+    status = parse_proxmox_boot_tool_status(read("proxmox/boot_tool_status_uefi_2esp_stale.txt"))
+    assert [(p.uuid, p.problem) for p in status.esp_problems] == [("CE07-1118", "missing")]
+
+
+def test_esp_that_fails_to_mount_names_the_partition():
+    status = parse_proxmox_boot_tool_status(
+        read("proxmox/boot_tool_status_grub_legacy_mount_failed_tanaka.txt"))
+    assert status.esps == ["1FDB-C48E"]
+    (problem,) = status.esp_problems
+    assert (problem.uuid, problem.problem) == ("1FDE-91BC", "mount failed")
+    assert problem.detail == "can't read superblock on /dev/sdc2."
+    message = esp_problem_message(problem)
+    assert "could not mount it (can't read superblock on /dev/sdc2.)" in message
+    assert "`fsck.vfat -a /dev/sdc2`" in message
+    assert "`proxmox-boot-tool init /dev/sdc2`" in message
+
+
+@pytest.mark.parametrize(
+    ("line", "uuid", "kind"),
+    [  # proxmox-kernel-helper's other _status_detail lines (no public capture found)
+        ("WARN: 12345678 read from /etc/kernel/proxmox-boot-uuids does not look like a "
+         "VFAT-UUID - skipping", "12345678", "not a VFAT UUID"),
+        ("creation of mountpoint /var/tmp/espmounts/AB12-CD34 failed - skipping", "AB12-CD34",
+         "mount failed"),
+        ("umount of /dev/disk/by-uuid/AB12-CD34 failed - failure", "AB12-CD34",
+         "umount failed"),
+        ("AB12-CD34 is configured with: ", "AB12-CD34", "no boot loader"),
+    ],
+)
+def test_other_skipped_esp_lines(line, uuid, kind):
+    text = f"System currently booted with uefi\n{line}\n"
+    (problem,) = parse_proxmox_boot_tool_status(text).esp_problems
+    assert (problem.uuid, problem.problem) == (uuid, kind)
+    assert esp_problem_message(problem).startswith(f"ESP {uuid}: ")
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["boot_tool_status_uefi_1esp.txt", "boot_tool_status_grub_legacy.txt",
+     "boot_tool_status_not_configured.txt"],
+)
+def test_healthy_status_has_no_esp_problem(name):
+    assert parse_proxmox_boot_tool_status(read(f"proxmox/{name}")).esp_problems == []
