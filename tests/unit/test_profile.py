@@ -45,6 +45,24 @@ def test_module_names_are_normalised():
         ({"cmdline": {"iommu": "a b"}}, "gpunode.cmdline", "without spaces"),
         ({"reboot_timeout": 5}, "gpunode.reboot_timeout", "greater than or equal to 30"),
         ({"memlock": 100}, "gpunode.memlock", "too small"),
+        ({"cpu_governor": "performance; reboot"}, "gpunode.cpu_governor",
+         "Input should be 'performance', 'powersave'"),
+        ({"sysctls": {"vm.swappiness": "10; reboot"}}, "gpunode.sysctls",
+         "vm.swappiness: '10; reboot' is not a sysctl value: use an integer"),
+        ({"cmdline": {"iommu": "$(reboot)"}}, "gpunode.cmdline",
+         "a kernel parameter value may hold letters"),
+        ({"cmdline": {"iommu": "pt;reboot"}}, "gpunode.cmdline", "no $, backquote, quote or ;"),
+        ({"pcie_selector": {"vendor": "10de\n"}}, "gpunode.pcie_selector.vendor", "4 hex"),
+        ({"nvidia_driver": "550.127.05\n"}, "gpunode.nvidia_driver", "not a version"),
+        ({"modules": ["nvidia_uvm\n"]}, "gpunode.modules", "not a kernel module name"),
+        ({"sysctls": {"vm.swappiness\n": 1}}, "gpunode.sysctls", "not a sysctl key"),
+        ({"pcie_selector": {"vendor": None, "classes": ["06"]}}, "gpunode.pcie_selector.vendor",
+         "a selector must name a vendor"),
+        ({"max_cstate": 99999}, "gpunode.max_cstate", "is above 10"),
+        ({"kernel_pin": "6.8.12-4-pve; reboot"}, "gpunode.kernel_pin", "not a kernel version"),
+        ({"nvidia_packages": ["nvidia-smi; touch x"]}, "gpunode.nvidia_packages",
+         "not a Debian package name"),
+        ({"memlock": 1 << 60}, "gpunode.memlock", "above 2**50"),
     ],
 )
 def test_bad_input_names_host_field_and_fix(data, field, fragment):
@@ -87,3 +105,28 @@ def test_validate_hosts_reports_every_bad_host_at_once():
 def test_gpunode_data_must_be_a_mapping():
     with pytest.raises(ProfileError, match="h: gpunode: must be a mapping"):
         load_profile("h", {"gpunode": ["max_read_request", 4096]})
+
+
+def test_a_pasted_4k_value_is_shown_cut():
+    with pytest.raises(ProfileError) as error:
+        load_profile("h", {"gpunode": {"kernel_pin": "6" * 4096}})
+    assert "(4096 characters)" in str(error.value)
+    assert len(str(error.value)) < 400
+
+
+@pytest.mark.parametrize(
+    ("data", "value"),
+    [
+        ({"kernel_pin": "6.12.117+deb13-amd64"}, "6.12.117+deb13-amd64"),
+        ({"kernel_pin": "6.1.0-28-cloud-amd64"}, "6.1.0-28-cloud-amd64"),
+        ({"kernel_pin": "7.0.0-3-pve"}, "7.0.0-3-pve"),
+        ({"sysctls": {"net.ipv4.tcp_congestion_control": "bbr"}}, "bbr"),
+        ({"sysctls": {"kernel.perf_event_paranoid": -1}}, "-1"),
+        ({"cmdline": {"vfio-pci.ids": "10de:2204,10de:1aef"}}, "10de:2204,10de:1aef"),
+        ({"cmdline": {"isolcpus": "managed_irq,domain,2-7"}}, "managed_irq,domain,2-7"),
+        ({"nvidia_packages": ["cuda-drivers-550", "libcuda1:amd64"]}, "libcuda1:amd64"),
+    ],
+)
+def test_real_values_pass(data, value):
+    profile = load_profile("h", {"gpunode": data})
+    assert value in str(profile.model_dump())

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpunode.roles.profile.container import checked_driver_version
+from gpunode.roles.profile.container import checked_driver_version, checked_package_names
 
 __all__ = ["CONTAINER_DATA_KEY", "DEFAULTS", "DEFAULT_PACKAGES", "ContainerSettings"]
 
@@ -41,12 +41,14 @@ class ContainerSettings(BaseModel):
     nvidia_packages: list[str] = Field(
         default_factory=lambda: list(DEFAULT_PACKAGES),
         min_length=1,
+        max_length=64,
         description="Userspace packages installed at exactly that version, without "
         "recommends (libcuda1 recommends the DKMS kernel module).",
     )
     gpus: int | None = Field(
         default=None,
         ge=0,
+        le=256,
         description="How many GPUs nvidia-smi must list; None: as many as /dev/nvidiaN "
         "nodes in the container.",
     )
@@ -55,6 +57,11 @@ class ContainerSettings(BaseModel):
     @classmethod
     def _driver(cls, value: str | None) -> str | None:
         return checked_driver_version(value)
+
+    @field_validator("nvidia_packages")
+    @classmethod
+    def _packages(cls, value: list[str]) -> list[str]:
+        return checked_package_names(value)
 
 
 DEFAULTS = ContainerSettings()

@@ -8,7 +8,6 @@
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,6 +16,7 @@ from pyinfra.api import StringCommand
 
 from gpunode.roles.facts.dpkg import upstream_version
 from gpunode.roles.profile.check import Check, ok
+from gpunode.roles.ops.shell import argv_text
 
 __all__ = ["UserspacePlan", "container_checks", "install_command", "userspace_plan"]
 
@@ -84,10 +84,12 @@ def install_command(packages: Sequence[str], version: str) -> StringCommand:
     it, and a container can't load modules); downgrades are allowed so a newer library can
     come back to the host's version; the role holds the packages afterwards.
     """
-    pinned = " ".join(shlex.quote(f"{p}={version}-*") for p in packages)
     return StringCommand(
-        "DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "
-        f"--allow-downgrades --allow-change-held-packages {pinned}"
+        "DEBIAN_FRONTEND=noninteractive "
+        + argv_text(
+            "apt-get", "install", "-y", "-q", "--no-install-recommends", "--allow-downgrades",
+            "--allow-change-held-packages", *(f"{p}={version}-*" for p in packages),
+        )
     )
 
 

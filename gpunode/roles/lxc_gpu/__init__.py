@@ -44,9 +44,10 @@ def lxc_gpu(containers: list[ContainerSpec]) -> None:
     """
     for spec in containers:
         label = f"container {spec.vmid} ({spec.hostname})"
-        container_created(name=f"Create {label}", spec=spec)
+        container_created(name=f"Create {label}{spec.hook_note}", spec=spec)
         container_config_lines(
-            name=f"GPU lines of {label} in /etc/pve/lxc/{spec.vmid}.conf", spec=spec
+            name=f"GPU lines of {label} in /etc/pve/lxc/{spec.vmid}.conf{spec.hook_note}",
+            spec=spec,
         )
         container_options(name=f"Options of {label}", spec=spec)
         container_restarted(

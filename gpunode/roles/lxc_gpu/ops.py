@@ -18,7 +18,6 @@ changes it) and yields only what is needed; converged, it yields nothing and say
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Sequence
 from io import StringIO
 from typing import Any
@@ -43,6 +42,7 @@ from gpunode.roles.lxc_gpu.plan import new_container_lines, restart_reasons, tak
 from gpunode.roles.lxc_gpu.takeover import Decision
 from gpunode.roles.ops.changes import report_change
 from gpunode.roles.ops.files import sha1_text
+from gpunode.roles.ops.shell import argv, argv_text, script, script_text
 from gpunode.roles.profile.container import (
     ContainerSpec,
     cgroup_v1_warning,
@@ -57,7 +57,8 @@ PVE_LXC_DIR = "/etc/pve/lxc"
 BACKUP_DIR = "/var/backups/gpunode/pve-lxc"
 #: Proxmox's own per-container config lock (PVE::LXC::Config->config_file_lock, an flock).
 LOCK_DIR = "/run/lock/lxc"
-
+#: Where the new config text is uploaded before it is copied beside the config under the lock.
+STAGING_DIR = "/run/gpunode/pve-lxc"
 
 def _spec(spec: ContainerSpec | dict) -> ContainerSpec:
     return spec if isinstance(spec, ContainerSpec) else ContainerSpec.model_validate(spec)
@@ -94,9 +95,7 @@ def config_path(vmid: int) -> str:
 
 def append_lines_command(vmid: int, lines: Sequence[str]) -> StringCommand:
     """Append lines to a config pct create just wrote (fails if the file is missing)."""
-    path = shlex.quote(config_path(vmid))
-    quoted = " ".join(shlex.quote(line) for line in lines)
-    return StringCommand(f"test -f {path} && printf '%s\\n' {quoted} >> {path}")
+    return script("append-lines.sh.j2", path=config_path(vmid), lines=list(lines))
 
 
 @operation()
@@ -121,35 +120,40 @@ def container_created(spec: ContainerSpec):
         return
     majors, devices = host_devices()
     lines = new_container_lines(spec, majors, devices, **_gpu_facts())
-    yield StringCommand(shlex.join(pct_create_args(spec)))
+    yield argv(*pct_create_args(spec))
     yield append_lines_command(spec.vmid, lines)
-    yield StringCommand("pct", "start", str(spec.vmid))
+    yield argv("pct", "start", spec.vmid)
 
 
 def guarded_write_commands(vmid: int, old_text: str, new_text: str) -> list[Any]:
     """Write /etc/pve/lxc/VMID.conf atomically, only if it still holds old_text.
 
-    The new text goes to a temporary file beside the config (on pmxcfs a rename is
-    atomic, as Proxmox's own writes rely on), then, under Proxmox's config lock, the
-    file is compared with what was read, copied to BACKUP_DIR and replaced. No
-    chown/chmod: pmxcfs owns the modes (root:www-data 0640).
+    The new text is uploaded to a staging file named after its own hash (two runs never
+    share one unless they write the same bytes), outside /etc/pve. Then, under Proxmox's
+    config lock, the config is compared with what was read, the staged text is copied to a
+    temporary file beside it named as Proxmox names its own (FILE.tmp.PID; on pmxcfs a
+    rename is atomic), the old file is copied to BACKUP_DIR and the temporary file renamed
+    over it (templates/shell/pve-config-replace.sh.j2). No chown/chmod: pmxcfs owns the
+    modes (root:www-data 0640).
     """
     dest = config_path(vmid)
-    temp = f"{dest}.tmp.gpunode"
+    staged = f"{STAGING_DIR}/{int(vmid)}.conf.{sha1_text(new_text)}"
     lock = f"{LOCK_DIR}/pve-config-{int(vmid)}.lock"
-    backup = f"{BACKUP_DIR}/{int(vmid)}.conf.$(date +%Y%m%dT%H%M%S)"
-    q_dest, q_temp = shlex.quote(dest), shlex.quote(temp)
-    script = (
-        f'if [ "$(sha1sum < {q_dest} | cut -c1-40)" != {sha1_text(old_text)} ]; then '
-        f"rm -f {q_temp}; "
-        f'echo "{dest} changed while gpunode edited it: nothing written, run again" >&2; '
-        "exit 1; fi; "
-        f"cp {q_dest} {backup} && mv -f {q_temp} {q_dest}"
+    replace = script_text(
+        "pve-config-replace.sh.j2",
+        dest=dest,
+        staged=staged,
+        backup_dir=BACKUP_DIR,
+        backup_name=f"{int(vmid)}.conf",
+        old_sha1=sha1_text(old_text),
     )
     return [
-        StringCommand(f"mkdir -p {BACKUP_DIR} {LOCK_DIR}"),
-        FileUploadCommand(StringIO(new_text), temp),
-        StringCommand(f"flock -w 60 {lock} sh -c {shlex.quote(script)}"),
+        StringCommand(
+            f"{argv_text('mkdir', '-p', BACKUP_DIR, LOCK_DIR)} && "
+            f"{argv_text('mkdir', '-p', '-m', '700', STAGING_DIR)}"
+        ),
+        FileUploadCommand(StringIO(new_text), staged),
+        argv("flock", "-w", "60", lock, "sh", "-c", replace),
     ]
 
 
@@ -244,9 +248,9 @@ def container_options(spec: ContainerSpec):
         host.noop(f"container {spec.vmid} options up to date")
         return
     if set_args:
-        yield StringCommand(shlex.join(set_args))
+        yield argv(*set_args)
     if resize_args:
-        yield StringCommand(shlex.join(resize_args))
+        yield argv(*resize_args)
 
 
 @operation()
@@ -283,7 +287,7 @@ def container_restarted(spec: ContainerSpec):
         host.noop(f"container {spec.vmid} runs its declared config")
         return
     if spec.restart_allowed:
-        yield StringCommand("pct", "reboot", str(spec.vmid))
+        yield argv("pct", "reboot", spec.vmid)
         return
     message = (
         f"pending restart: container {spec.vmid} ({spec.hostname}): {'; '.join(reasons)}. "

@@ -37,6 +37,7 @@ from gpunode.roles.facts.pcie import PcieDevice, PcieDevices
 from gpunode.roles.facts.sections import as_model, as_models, fact_data
 from gpunode.roles.ops.apt import apt_hold
 from gpunode.roles.ops.nvidia_pin import NVIDIA_PATTERNS, PREFERENCES_FILE, nvidia_pin
+from gpunode.roles.ops.shell import argv_text
 from gpunode.roles.profile.node import NodeProfile
 
 
@@ -143,8 +144,8 @@ def nvidia_driver(profile: NodeProfile) -> None:
         apt_hold(name="Release NVIDIA holds for the change", packages=packages, held=False)
         server.shell(
             name=f"Install NVIDIA driver {plan.wanted}",
-            commands=["apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y "
-                      "--allow-downgrades " + " ".join(packages)],
+            commands=["apt-get update -q && DEBIAN_FRONTEND=noninteractive "
+                      + argv_text("apt-get", "install", "-y", "--allow-downgrades", *packages)],
         )
         apt_hold(name=f"Hold NVIDIA driver {plan.wanted} packages", packages=packages)
     if mismatch:

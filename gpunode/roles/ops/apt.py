@@ -4,7 +4,7 @@ NVIDIA driver pin)."""
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import StringCommand, operation
+from pyinfra.api import operation
 from pyinfra.operations import apt
 
 from gpunode.roles.facts.apt import AptHolds
@@ -12,6 +12,7 @@ from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.facts.dpkg import InstalledPackages
 from gpunode.roles.ops.changes import report_change
 from gpunode.roles.pyinfra_adapter import inner_commands
+from gpunode.roles.ops.shell import argv
 
 
 @operation()
@@ -49,6 +50,6 @@ def apt_hold(packages: list[str], held: bool = True):
         for package in todo:
             report_change(f"apt-mark {package}", "not held" if held else "held",
                           "held" if held else "not held")
-        yield StringCommand("apt-mark", "hold" if held else "unhold", *todo)
+        yield argv("apt-mark", "hold" if held else "unhold", *todo)
     else:
         host.noop(f"{' '.join(packages)} already {'held' if held else 'not held'}")

@@ -13,6 +13,7 @@ from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.facts.cpu import CPU_SYSFS, CpuPower, CpuState, IdleState
 from gpunode.roles.facts.sections import as_model
 from gpunode.roles.ops.changes import report_change
+from gpunode.roles.ops.shell import script
 
 
 def states_to_disable(states: list[IdleState], max_cstate: int) -> list[IdleState]:
@@ -28,11 +29,10 @@ def cpus_by_state(states: list[IdleState]) -> dict[int, list[int]]:
     return grouped
 
 
-def sysfs_loop(cpus: list[int], relative_path: str, value: str) -> str:
+def sysfs_loop(cpus: list[int], relative_path: str, value: str) -> StringCommand:
     """One shell loop writing value to cpuN/<relative_path> for the listed CPUs."""
-    cpu_list = " ".join(str(c) for c in sorted(cpus))
-    return (
-        f"for c in {cpu_list}; do echo {value} > {CPU_SYSFS}/cpu$c/{relative_path}; done"
+    return script(
+        "sysfs-write.sh.j2", cpus=sorted(cpus), value=value, sysfs=CPU_SYSFS, path=relative_path
     )
 
 
@@ -70,7 +70,7 @@ def cstate_cap(max_cstate: int = 1):
     for index, cpus in sorted(cpus_by_state(deeper).items()):
         report_change(f"cpuidle state{index} disable on {len(cpus)} CPU(s)", "0", "1",
                       where="runtime; boot unit")
-        yield StringCommand(sysfs_loop(cpus, f"cpuidle/state{index}/disable", "1"))
+        yield sysfs_loop(cpus, f"cpuidle/state{index}/disable", "1")
     if not deeper:
         if not cpu.idle_states:
             host.noop("no cpuidle states on this node (the cmdline cap still applies)")
@@ -100,6 +100,6 @@ def cpu_governor(governor: str = "performance"):
         old = ",".join(sorted({cpu.governors[c] for c in cpus}))
         report_change(f"cpufreq governor on {len(cpus)} CPU(s)", old, governor,
                       where="runtime; boot unit")
-        yield StringCommand(sysfs_loop(cpus, "cpufreq/scaling_governor", governor))
+        yield sysfs_loop(cpus, "cpufreq/scaling_governor", governor)
     else:
         host.noop(f"governor {governor} on all {len(cpu.governors)} CPUs")

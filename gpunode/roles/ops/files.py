@@ -41,6 +41,8 @@ _environment = Environment(
     trim_blocks=True,
     lstrip_blocks=True,
 )
+# Shell templates quote every variable with it: {{ value | shquote }}.
+_environment.filters["shquote"] = lambda value: shlex.quote(str(value))
 
 
 def render_template(name: str, **variables: Any) -> str:

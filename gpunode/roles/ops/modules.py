@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 from pyinfra import host
-from pyinfra.api import OperationError, StringCommand, operation
+from pyinfra.api import OperationError, operation
 
 from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.facts.kernel_params import KernelParams, KernelParamsState
 from gpunode.roles.facts.sections import as_model
 from gpunode.roles.ops.changes import report_change
+from gpunode.roles.ops.shell import argv
 
 # Modules that only make sense with a given kind of device present.
 NEEDS_RDMA = frozenset({"nvidia_peermem"})
@@ -85,7 +86,7 @@ def kernel_modules(modules: list[str], required: list[str] | None = None):
         )
     for name in plan.load:
         report_change(f"module {name}", "not loaded", "loaded", where="runtime; modprobe")
-        yield StringCommand("modprobe", name)
+        yield argv("modprobe", name)
     if not plan.load:
         skipped = "; ".join(f"{m} {why}" for m, why in plan.not_applicable.items())
         host.noop("modules loaded" + (f"; skipped: {skipped}" if skipped else ""))

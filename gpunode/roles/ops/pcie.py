@@ -8,8 +8,6 @@ every run; the boot unit retries once per boot.
 
 from __future__ import annotations
 
-import shlex
-
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
@@ -18,9 +16,11 @@ from gpunode.roles.facts.pcie import PcieDevice, PcieDevices, PciPaths, matches
 from gpunode.roles.facts.pcie_refusals import REFUSED_DIR, MaxReadReqRefusals
 from gpunode.roles.facts.sections import as_models, fact_data
 from gpunode.roles.ops.changes import report_change
+from gpunode.roles.ops.shell import script_text
 from gpunode.roles.profile.node import MAX_READ_REQUEST_SIZES, PcieSelector
 
 MRRS_MASK = 0x7000
+PCI_DEVICES_DIR = "/sys/bus/pci/devices"
 
 
 def mrrs_bits(size: int) -> int:
@@ -56,20 +56,20 @@ def devices_to_write(
     return todo, refusing
 
 
-def write_and_verify_command(bdf: str, size: int) -> str:
-    """Masked write, read-back, and a per-boot record when the device keeps its value."""
-    q = shlex.quote(bdf)
-    want = mrrs_bits(size)
-    marker = f"{REFUSED_DIR}/{bdf}"
-    return (
-        f"if [ ! -e /sys/bus/pci/devices/{q} ]; then echo 'gpunode: device {bdf} vanished "
-        "before the MaxReadReq write; nothing written' >&2; exit 1; fi; "
-        f"setpci -s {q} {setpci_mrrs_argument(size)} && v=$(setpci -s {q} CAP_EXP+8.w) && "
-        f"if [ $(( 0x$v & 0x{MRRS_MASK:04x} )) -eq $(( 0x{want:04x} )) ]; then "
-        f"rm -f {shlex.quote(marker)}; else mkdir -p {REFUSED_DIR} && "
-        f"echo {size} > {shlex.quote(marker)} && "
-        f'echo "gpunode: device {bdf} did not accept MaxReadReq={size} '
-        f'(reads $(( 128 << ((0x$v >> 12) & 7) )))" >&2; fi'
+def write_and_verify_command(
+    bdf: str, size: int, refused_dir: str = REFUSED_DIR, devices_dir: str = PCI_DEVICES_DIR
+) -> str:
+    """Masked write, read-back, and a per-boot record when the device keeps its value
+    (templates/shell/mrrs-write.sh.j2)."""
+    return script_text(
+        "mrrs-write.sh.j2",
+        bdf=bdf,
+        size=size,
+        want=f"0x{mrrs_bits(size):04x}",
+        mask=f"0x{MRRS_MASK:04x}",
+        setpci_argument=setpci_mrrs_argument(size),
+        refused_dir=refused_dir,
+        devices_dir=devices_dir,
     )
 
 

@@ -12,8 +12,6 @@ not written again in this boot ("not supported here"); any other key fails the o
 
 from __future__ import annotations
 
-import shlex
-
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
@@ -27,6 +25,7 @@ from gpunode.roles.facts.kernel_params import (
 )
 from gpunode.roles.facts.sections import as_model
 from gpunode.roles.ops.changes import report_change, shorten
+from gpunode.roles.ops.shell import script_text
 
 
 def sysctl_changes(
@@ -46,27 +45,16 @@ def sysctl_changes(
 
 def write_and_verify_command(key: str, value: str, best_effort: bool) -> str:
     """`sysctl -w`, then read /proc/sys back; a value the kernel kept is an error, or for a
-    best-effort key a note and a record under SYSCTL_REFUSED_DIR. Every value is quoted."""
-    want = normalize_sysctl_value(value)
-    q_key, q_want = shlex.quote(key), shlex.quote(want)
-    read_back = (
-        f"live=$(tr -s ' \\t' '  ' < {shlex.quote(sysctl_path(key))} | sed 's/^ //; s/ $//')"
-    )
-    if best_effort:
-        record = shlex.quote(f"{SYSCTL_REFUSED_DIR}/{key}")
-        on_refusal = (
-            f"mkdir -p {shlex.quote(SYSCTL_REFUSED_DIR)} && printf '%s\\n' {q_want} > {record}; "
-            "printf 'gpunode: kernel refused %s=%s (reads %s): not supported here\\n' "
-            f'{q_key} {q_want} "$live" >&2'
-        )
-    else:
-        on_refusal = (
-            "printf 'gpunode: kernel did not accept %s=%s (reads %s)\\n' "
-            f'{q_key} {q_want} "$live" >&2; exit 1'
-        )
-    return (
-        f"sysctl -q -w {shlex.quote(f'{key}={want}')} >/dev/null 2>&1; {read_back}; "
-        f'if [ "$live" != {q_want} ]; then {on_refusal}; fi'
+    best-effort key a note and a record under SYSCTL_REFUSED_DIR
+    (templates/shell/sysctl-write.sh.j2, every value quoted)."""
+    return script_text(
+        "sysctl-write.sh.j2",
+        key=key,
+        want=normalize_sysctl_value(value),
+        path=sysctl_path(key),
+        best_effort=best_effort,
+        refused_dir=SYSCTL_REFUSED_DIR,
+        record=f"{SYSCTL_REFUSED_DIR}/{key}",
     )
 
 

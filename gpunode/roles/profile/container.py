@@ -22,9 +22,24 @@ functions turn a spec into the exact ``pct`` command lines (argv lists).
 from __future__ import annotations
 
 import re
-from typing import Annotated, Any, Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from gpunode.roles.profile.allowed import (
+    CONTROL,
+    DRIVER_VERSION,
+    FS_TYPES,
+    IFACE_NAME,
+    MAC_ADDRESS,
+    PACKAGE_NAME,
+    VLAN_TRUNKS,
+    check,
+    check_ip,
+    check_path,
+    shown,
+)
 
 __all__ = [
     "ContainerSpec",
@@ -41,47 +56,49 @@ __all__ = [
     "validate_containers",
 ]
 
-_HOSTNAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+# Every pattern is matched whole (re.fullmatch): '$' would accept a trailing newline.
+_HOSTNAME_RE = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 # STORAGE:vztmpl/NAME.tar.{gz,xz,zst}; storage ids as Proxmox's pve-storage-id format.
 _OSTEMPLATE_RE = re.compile(
-    r"^[A-Za-z][A-Za-z0-9\-_.]*:vztmpl/[^/\s]+\.(?:tar\.(?:gz|xz|zst)|tgz)$"
+    r"[A-Za-z][A-Za-z0-9\-_.]{0,63}:vztmpl/[A-Za-z0-9][A-Za-z0-9_.+\-]{0,200}"
+    r"\.(?:tar\.(?:gz|xz|zst)|tgz)"
 )
-_STORAGE_RE = re.compile(r"^[A-Za-z][A-Za-z0-9\-_.]*[A-Za-z0-9]$")
-_DRIVER_RE = re.compile(r"^\d+\.\d+(?:\.\d+)?$")
-_LXC_LINE_RE = re.compile(r"^(lxc\.[a-z0-9_\-.]+)(?::|\s*=)\s*(.*?)\s*$")
+_STORAGE_RE = re.compile(r"[A-Za-z][A-Za-z0-9\-_.]{0,62}[A-Za-z0-9]")
+_LXC_LINE_RE = re.compile(r"(lxc\.[a-z0-9_\-.]+)(?::|\s*=)\s*(.*?)\s*")
+#: The longest extra_lxc line accepted (LXC itself reads lines of any length; a longer one
+#: is a paste gone wrong).
+_LXC_LINE_MAX = 1024
+#: lxc.cgroup2.devices.allow/deny: 'a', or 'TYPE MAJOR:MINOR ACCESS' ('c 195:* rwm').
+_DEVICE_RULE_RE = re.compile(r"a|[abc] (?:[0-9]{1,4}|\*):(?:[0-9]{1,7}|\*) [rwm]{1,3}")
+#: Upper bounds: Proxmox's own limits where it has one, else far beyond any real host.
+MAX_MEMORY_MIB = 64 * 1024 * 1024
+MAX_DISK_GIB = 1024 * 1024
+MAX_GPU_INDEX = 255
+MAX_MEMLOCK = 1 << 50
 # A Linux cpu/node list as cpuset.cpus and cpuset.mems take it: "0-15,32-47", "1".
-CPULIST_RE = re.compile(r"^\d{1,5}(?:-\d{1,5})?(?:,\d{1,5}(?:-\d{1,5})?)*$")
+CPULIST_RE = re.compile(r"\d{1,5}(?:-\d{1,5})?(?:,\d{1,5}(?:-\d{1,5})?){0,255}")
 
 
 def checked_driver_version(value: str | None) -> str | None:
     """A pydantic check of an NVIDIA driver version ('550.127.05'); None passes."""
-    if value is not None and not _DRIVER_RE.match(value):
-        raise ValueError("must be a driver version such as '550.127.05'")
+    if value is not None and not (isinstance(value, str) and DRIVER_VERSION.fullmatch(value)):
+        raise ValueError(f"{shown(value)}: must be a driver version such as '550.127.05'")
     return value
 
 
-# net0 keys Proxmox knows (PVE::LXC::Config $netconf_desc).
-_NET_KEYS = frozenset(
-    [
-        "name",
-        "bridge",
-        "hwaddr",
-        "mtu",
-        "ip",
-        "gw",
-        "ip6",
-        "gw6",
-        "firewall",
-        "tag",
-        "trunks",
-        "rate",
-        "type",
-        "link_down",
-    ]
-)
+def checked_package_names(value: list[str]) -> list[str]:
+    """A pydantic check of Debian package names (policy 5.6.1, optional ':arch')."""
+    for i, name in enumerate(value):
+        if not PACKAGE_NAME.fullmatch(name):
+            raise ValueError(
+                f"item {i}: {shown(name)} is not a Debian package name such as 'libcuda1' "
+                "(lowercase letters, digits, + - .)"
+            )
+    return value
+
+
 # Keys Proxmox fills in itself; absent from the spec they are not a difference.
 _NET_FILLED_BY_PROXMOX = frozenset({"hwaddr", "type"})
-_FEATURE_KEYS = frozenset(["mount", "nesting", "keyctl", "fuse", "mknod", "force_rw_sys"])
 
 # PVE::LXC::Config $valid_lxc_conf_keys, plus the prefixes it allows wholesale.
 _VALID_LXC_KEYS = frozenset(
@@ -169,6 +186,92 @@ _REJECTED_LXC_KEYS = {
 }
 
 
+def _flag(value: str) -> str:
+    if value not in ("0", "1"):
+        raise ValueError(f"{shown(value)} is not 0 or 1")
+    return value
+
+
+def _int_in(low: int, high: int) -> Callable[[str], str]:
+    def checked(value: str) -> str:
+        if not value.isdigit() or not low <= int(value) <= high:
+            raise ValueError(f"{shown(value)} is not an integer from {low} to {high}")
+        return value
+
+    return checked
+
+
+def _one_of(*words: str) -> Callable[[str], str]:
+    def checked(value: str) -> str:
+        if value not in words:
+            raise ValueError(f"{shown(value)} is not one of {', '.join(words)}")
+        return value
+
+    return checked
+
+
+def _ip(version: int, cidr: bool, words: tuple[str, ...] = ()) -> Callable[[str], str]:
+    what = f"an IPv{version} address" + ("/prefix" if cidr else "")
+    if words:
+        what += f" or {', '.join(words)}"
+
+    def checked(value: str) -> str:
+        return value if value in words else check_ip(value, version, what, cidr)
+
+    return checked
+
+
+def _pattern(pattern: re.Pattern[str], what: str) -> Callable[[str], str]:
+    return lambda value: check(pattern, value, what)
+
+
+# net0 values as PVE::LXC::Config $netconf_desc allows them.
+_NET_VALUES: dict[str, Callable[[str], str]] = {
+    "name": _pattern(IFACE_NAME, "an interface name (up to 15 letters, digits, _ . -)"),
+    "bridge": _pattern(IFACE_NAME, "a bridge name such as 'vmbr0'"),
+    "hwaddr": _pattern(MAC_ADDRESS, "a MAC address such as 'BC:24:11:00:00:01'"),
+    "mtu": _int_in(64, 65535),
+    "ip": _ip(4, True, ("dhcp", "manual")),
+    "gw": _ip(4, False),
+    "ip6": _ip(6, True, ("auto", "dhcp", "manual")),
+    "gw6": _ip(6, False),
+    "firewall": _flag,
+    "tag": _int_in(1, 4094),
+    "trunks": _pattern(VLAN_TRUNKS, "VLAN ids such as '10;20-30'"),
+    "rate": _pattern(re.compile(r"[0-9]{1,6}(?:\.[0-9]{1,3})?"), "a rate in MB/s such as '125'"),
+    "type": _one_of("veth"),
+    "link_down": _flag,
+}
+_FEATURE_VALUES: dict[str, Callable[[str], str]] = {
+    "mount": _pattern(FS_TYPES, "file system types separated by ';' such as 'nfs;cifs'"),
+    "nesting": _flag,
+    "keyctl": _flag,
+    "fuse": _flag,
+    "mknod": _flag,
+    "force_rw_sys": _flag,
+}
+
+
+def _checked_properties(
+    value: str, checks: dict[str, Callable[[str], str]], field: str
+) -> dict[str, str]:
+    """A property string whose every key is known and every value passes its check."""
+    if CONTROL.search(value) or len(value) > 512:
+        raise ValueError("must be one line of at most 512 characters")
+    props = parse_property_string(value)
+    unknown = sorted(set(props) - set(checks))
+    if unknown:
+        raise ValueError(
+            f"unknown {field} key {shown(unknown[0])}; allowed: {', '.join(sorted(checks))}"
+        )
+    for key, item in props.items():
+        try:
+            checks[key](item)
+        except ValueError as exc:
+            raise ValueError(f"{field} {key}={exc}") from None
+    return props
+
+
 def parse_property_string(value: str) -> dict[str, str]:
     """Parse a Proxmox property string (``name=eth0,bridge=vmbr0,ip=dhcp``)."""
     result: dict[str, str] = {}
@@ -210,11 +313,35 @@ def cgroup_v1_warning(vmid: int, entries: list[tuple[str, str]]) -> str:
             f"cgroup v2 host (Proxmox VE 9 has no cgroup v1): {fixes}")
 
 
+def _check_mount_entry(value: str) -> None:
+    """lxc.mount.entry 'SOURCE TARGET TYPE OPTIONS [DUMP PASS]': normalised paths, no '..'."""
+    fields = value.split()
+    if len(fields) not in (4, 5, 6):
+        raise ValueError(
+            "lxc.mount.entry must be 'SOURCE TARGET TYPE OPTIONS' such as "
+            "'/srv/models srv/models none bind,create=dir'"
+        )
+    source, target = fields[0], fields[1]
+    if source.startswith("/"):
+        check_path(source, "a mount source", absolute=True)
+    if source.startswith("/dev/nvidia"):
+        raise ValueError("NVIDIA device mounts come from the 'gpus' field, not extra_lxc")
+    check_path(target, "a mount target")
+
+
 def parse_extra_lxc_line(line: str) -> tuple[str, str]:
-    """``"lxc.key: value"`` (or ``lxc.key = value``) -> (key, value); ValueError if not."""
-    match = _LXC_LINE_RE.match(line.strip())
+    """``"lxc.key: value"`` (or ``lxc.key = value``) -> (key, value); ValueError if not.
+
+    ``lxc.hook.*`` lines are accepted: they run commands on the Proxmox host, as root, at
+    each start of the container (that is what they are for); the dry run prints them."""
+    if CONTROL.search(line) or len(line) > _LXC_LINE_MAX:
+        raise ValueError(
+            f"{shown(line)} must be one line of at most {_LXC_LINE_MAX} characters "
+            "without control characters"
+        )
+    match = _LXC_LINE_RE.fullmatch(line.strip())
     if not match:
-        raise ValueError("must look like 'lxc.key: value'")
+        raise ValueError(f"{shown(line)} must look like 'lxc.key: value'")
     key, value = match.group(1), match.group(2)
     if key in _REJECTED_LXC_KEYS:
         raise ValueError(f"Proxmox rejects {key}: {_REJECTED_LXC_KEYS[key]}")
@@ -233,12 +360,13 @@ def parse_extra_lxc_line(line: str) -> tuple[str, str]:
         raise ValueError("set memlock with the 'memlock' field, not in extra_lxc")
     if key in ("lxc.cgroup2.cpuset.cpus", "lxc.cgroup2.cpuset.mems"):
         raise ValueError("set the cpuset with 'cpuset_cpus' and 'cpuset_mems', not in extra_lxc")
-    if key == "lxc.mount.entry" and value.split(" ", 1)[0].startswith("/dev/nvidia"):
-        raise ValueError("NVIDIA device mounts come from the 'gpus' field, not extra_lxc")
+    if key == "lxc.mount.entry":
+        _check_mount_entry(value)
+    if key in ("lxc.cgroup2.devices.allow", "lxc.cgroup2.devices.deny"):
+        check(_DEVICE_RULE_RE, value, f"a {key} rule such as 'c 195:* rwm'")
+    if key in ("lxc.mount.fstab", "lxc.include"):
+        check_path(value, f"a path for {key}", absolute=True)
     return key, value
-
-
-StrictPositive = Annotated[int, Field(strict=True, gt=0)]
 
 
 class ContainerSpec(BaseModel):
@@ -275,6 +403,7 @@ class ContainerSpec(BaseModel):
         default=32768,
         strict=True,
         ge=16,
+        le=MAX_MEMORY_MIB,
         description="RAM in MiB (pct --memory). Loading a model stages weights in host "
         "RAM: size this above the largest model file.",
     )
@@ -282,6 +411,7 @@ class ContainerSpec(BaseModel):
         default=0,
         strict=True,
         ge=0,
+        le=MAX_MEMORY_MIB,
         description="Swap in MiB (pct --swap). 0 by default: swapping pinned inference "
         "buffers only hides memory pressure as latency.",
     )
@@ -293,13 +423,16 @@ class ContainerSpec(BaseModel):
         default=64,
         strict=True,
         ge=1,
+        le=MAX_DISK_GIB,
         description="Root disk size in GiB. It can grow later (pct resize), never shrink.",
     )
     net0: str = Field(
         default="name=eth0,bridge=vmbr0,ip=dhcp",
         description="First network interface in Proxmox property-string syntax "
         "(name=,bridge=,ip=,gw=,ip6=,tag=,firewall=,mtu=...). Proxmox adds hwaddr and "
-        "type itself; gpunode keeps the existing hwaddr when it changes net0.",
+        "type itself; gpunode keeps the existing hwaddr when it changes net0. Each value is "
+        "checked as Proxmox does: interface names, IPv4/IPv6 addresses with prefix (or "
+        "dhcp/manual/auto), VLAN tag 1-4094, mtu 64-65535, 0/1 flags.",
     )
     unprivileged: bool = Field(
         default=True,
@@ -309,7 +442,8 @@ class ContainerSpec(BaseModel):
     features: str = Field(
         default="nesting=1",
         description="pct --features property string (nesting=1 lets systemd in Debian 12+ "
-        "containers sandbox its services; keyctl=1 for Docker in unprivileged containers).",
+        "containers sandbox its services; keyctl=1 for Docker in unprivileged containers). "
+        "Values 0 or 1; mount= file system types separated by ';'.",
     )
     onboot: bool = Field(
         default=True, description="Start the container when the Proxmox host boots."
@@ -321,8 +455,8 @@ class ContainerSpec(BaseModel):
     )
     memlock: Literal["unlimited"] | int = Field(
         default="unlimited",
-        description="lxc.prlimit.memlock: 'unlimited' or a byte count. CUDA pins host "
-        "memory; the limit can't be raised from inside the container.",
+        description="lxc.prlimit.memlock: 'unlimited' or a byte count (up to 2**50). CUDA "
+        "pins host memory; the limit can't be raised from inside the container.",
     )
     gpu_passthrough: Literal["auto", "dev", "mount"] = Field(
         default="auto",
@@ -348,10 +482,14 @@ class ContainerSpec(BaseModel):
     )
     extra_lxc: list[str] = Field(
         default_factory=list,
+        max_length=128,
         description="More raw lines for /etc/pve/lxc/VMID.conf, each 'lxc.key: value' with "
         "a key Proxmox accepts (lxc.cgroup2.*, lxc.mount.entry, lxc.idmap, ...; not the cgroup v1 "
         "lxc.cgroup.*, ignored on cgroup v2 hosts such as Proxmox VE 9). They are "
-        "added if missing; NVIDIA mounts and memlock come from 'gpus' and 'memlock'.",
+        "added if missing; NVIDIA mounts and memlock come from 'gpus' and 'memlock'. Mount "
+        "paths must be normalised (no '..'). lxc.hook.* lines are accepted and run their "
+        "command on the Proxmox host as root at every container start: the dry run lists "
+        "them.",
     )
     restart_allowed: bool = Field(
         default=False,
@@ -369,7 +507,7 @@ class ContainerSpec(BaseModel):
     @field_validator("hostname")
     @classmethod
     def _hostname(cls, value: str) -> str:
-        if not _HOSTNAME_RE.match(value):
+        if not _HOSTNAME_RE.fullmatch(value):
             raise ValueError(
                 "must be one RFC 1123 label: letters, digits and '-', 1-63 characters, "
                 "not starting or ending with '-' (no dots, no underscores)"
@@ -379,9 +517,10 @@ class ContainerSpec(BaseModel):
     @field_validator("ostemplate")
     @classmethod
     def _ostemplate(cls, value: str) -> str:
-        if not _OSTEMPLATE_RE.match(value):
+        if not _OSTEMPLATE_RE.fullmatch(value):
             raise ValueError(
-                "must be 'STORAGE:vztmpl/FILE.tar.zst' (or .tar.gz/.tar.xz), e.g. "
+                "must be 'STORAGE:vztmpl/FILE.tar.zst' (or .tar.gz/.tar.xz; FILE of letters, "
+                "digits, _ . + -), e.g. "
                 "'local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst'"
             )
         return value
@@ -389,19 +528,14 @@ class ContainerSpec(BaseModel):
     @field_validator("rootfs_storage")
     @classmethod
     def _storage(cls, value: str) -> str:
-        if not _STORAGE_RE.match(value):
+        if not _STORAGE_RE.fullmatch(value):
             raise ValueError("must be a Proxmox storage id such as 'local-lvm' or 'local-zfs'")
         return value
 
     @field_validator("net0")
     @classmethod
     def _net0(cls, value: str) -> str:
-        props = parse_property_string(value)
-        unknown = sorted(set(props) - _NET_KEYS)
-        if unknown:
-            raise ValueError(
-                f"unknown net0 key {unknown[0]!r}; allowed: {', '.join(sorted(_NET_KEYS))}"
-            )
+        props = _checked_properties(value, _NET_VALUES, "net0")
         if not props.get("name"):
             raise ValueError("needs name=IFACE, e.g. 'name=eth0,bridge=vmbr0,ip=dhcp'")
         return value
@@ -409,11 +543,7 @@ class ContainerSpec(BaseModel):
     @field_validator("features")
     @classmethod
     def _features(cls, value: str) -> str:
-        unknown = sorted(set(parse_property_string(value)) - _FEATURE_KEYS)
-        if unknown:
-            raise ValueError(
-                f"unknown feature {unknown[0]!r}; allowed: {', '.join(sorted(_FEATURE_KEYS))}"
-            )
+        _checked_properties(value, _FEATURE_VALUES, "feature")
         return value
 
     @field_validator("gpus", mode="before")
@@ -425,9 +555,17 @@ class ContainerSpec(BaseModel):
             raise ValueError("must be 'all' or a list of GPU indices like [0, 1]")
         if not value:
             raise ValueError("is empty: use 'all' or list at least one GPU index")
+        if len(value) > MAX_GPU_INDEX + 1:
+            raise ValueError(f"lists {len(value)} GPUs: at most {MAX_GPU_INDEX + 1}")
         for i, item in enumerate(value):
-            if isinstance(item, bool) or not isinstance(item, int) or item < 0:
-                raise ValueError(f"item {i}: is not a GPU index (an integer >= 0)")
+            if (
+                isinstance(item, bool)
+                or not isinstance(item, int)
+                or not 0 <= item <= MAX_GPU_INDEX
+            ):
+                raise ValueError(
+                    f"item {i}: {shown(item)} is not a GPU index (an integer 0..{MAX_GPU_INDEX})"
+                )
         for i, item in enumerate(value):
             if item in value[:i]:
                 raise ValueError(f"item {i}: lists GPU {item} a second time")
@@ -438,8 +576,10 @@ class ContainerSpec(BaseModel):
     def _memlock(cls, value: Any) -> Any:
         if value == "unlimited":
             return value
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise ValueError("must be 'unlimited' or a positive number of bytes")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_MEMLOCK:
+            raise ValueError(
+                f"{shown(value)}: must be 'unlimited' or a positive number of bytes up to 2**50"
+            )
         return value
 
     @field_validator("extra_lxc")
@@ -455,7 +595,7 @@ class ContainerSpec(BaseModel):
     @field_validator("cpuset_cpus", "cpuset_mems")
     @classmethod
     def _cpuset(cls, value: str | None) -> str | None:
-        if value is not None and value != "auto" and not CPULIST_RE.match(value):
+        if value is not None and value != "auto" and not CPULIST_RE.fullmatch(value):
             raise ValueError("must be 'auto', a list such as '0-15,32-47', or null")
         return value
 
@@ -467,6 +607,14 @@ class ContainerSpec(BaseModel):
     @property
     def extra_lxc_entries(self) -> list[tuple[str, str]]:
         return [parse_extra_lxc_line(line) for line in self.extra_lxc]
+
+    @property
+    def hook_note(self) -> str:
+        """' (runs on this host: ...)' naming the extra_lxc hooks, for the dry-run line."""
+        hooks = sorted({key for key, _ in self.extra_lxc_entries if key.startswith("lxc.hook.")})
+        if not hooks:
+            return ""
+        return f" (extra_lxc {', '.join(hooks)}: runs commands as root on this Proxmox host)"
 
     @property
     def gpu_indices(self) -> list[int] | None:
@@ -496,7 +644,9 @@ class ContainerSpecError(ValueError):
     def __init__(self, host: str, problems: list[SpecProblem]):
         self.host = host
         self.problems = problems
-        lines = [f"{host}: {p.field} = {p.value!r}: {p.problem}. Fix: {p.fix}" for p in problems]
+        lines = [
+            f"{host}: {p.field} = {shown(p.value)}: {p.problem}. Fix: {p.fix}" for p in problems
+        ]
         super().__init__("\n".join(lines))
 
     @property

@@ -10,6 +10,7 @@ import yaml
 from pydantic import ValidationError
 from pyinfra.api.exceptions import PyinfraError
 
+from gpunode.roles.profile.allowed import shown
 from gpunode.roles.profile.node import NodeProfile
 
 PROFILE_DATA_KEY = "gpunode"
@@ -29,8 +30,8 @@ def format_validation_error(host_name: str, error: ValidationError, prefix: str 
         if item["type"] == "extra_forbidden":
             message = "unknown key: remove it or check its spelling (see README, Settings)"
         bad = item.get("input")
-        shown = "" if isinstance(bad, Mapping) else f" (got {bad!r})"
-        lines.append(f"  {host_name}: {field or '<profile>'}: {message}{shown}")
+        got = "" if isinstance(bad, Mapping) else f" (got {shown(bad)})"
+        lines.append(f"  {host_name}: {field or '<profile>'}: {message}{got}")
     return "\n".join(lines)
 
 

@@ -9,20 +9,39 @@ from __future__ import annotations
 import re
 from typing import Literal
 
-from packaging.version import InvalidVersion, Version
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from gpunode.roles.facts.kernels import is_kernel_release
+from gpunode.roles.profile.allowed import (
+    CLASS_ID,
+    CMDLINE_KEY,
+    CMDLINE_VALUE,
+    CPU_GOVERNORS,
+    DRIVER_VERSION,
+    HEX_ID,
+    MODULE_NAME,
+    PACKAGE_NAME,
+    SYSCTL_KEY,
+    CpuGovernor,
+    check,
+    check_sysctl_value,
+    shown,
+)
 
 MAX_READ_REQUEST_SIZES = (128, 256, 512, 1024, 2048, 4096)
-SYSCTL_KEY = re.compile(r"^[a-z0-9_][a-z0-9_\-]*(\.[a-z0-9_][a-z0-9_\-]*)+$")
-MODULE_NAME = re.compile(r"^[A-Za-z0-9_\-]+$")
-CMDLINE_KEY = re.compile(r"^[A-Za-z0-9_.\-]+$")
-HEX_ID = re.compile(r"^[0-9a-f]{4}$")
-CLASS_ID = re.compile(r"^[0-9a-f]{2}([0-9a-f]{2})?$")
-POWER_LIMIT = re.compile(r"^(default|max|[1-9][0-9]{0,3})$")
-PACKAGE_NAME = re.compile(r"^[a-z0-9][a-z0-9+.\-]*$")
+POWER_LIMIT = re.compile(r"default|max|[1-9][0-9]{0,3}")
 MAX_GPU_INDEX = 63
+#: Deepest C-state index any CPU has (Intel C10); a larger cap is a typo.
+MAX_CSTATE_LIMIT = 10
+#: RLIMIT_MEMLOCK upper bound in bytes (1 PiB): a larger number is a typo, use 'unlimited'.
+MEMLOCK_LIMIT = 1 << 50
 
 # Sized for NCCL's socket transport on 100-400 Gb/s links (NCCL falls back to sockets
 # without RDMA): 128 MiB socket buffers let one TCP stream fill a fat pipe at high RTT;
@@ -61,24 +80,32 @@ class ProfileModel(BaseModel):
 class PcieSelector(ProfileModel):
     """Which PCIe functions the MaxReadReq setting touches; nothing else is ever written."""
 
-    vendor: str | None = Field(
-        "10de", description="PCI vendor id, 4 lowercase hex digits (10de = NVIDIA); None = any"
+    vendor: str = Field(
+        "10de",
+        description="PCI vendor id, 4 lowercase hex digits (10de = NVIDIA). Required: a "
+        "selector without a vendor would write every bridge or controller of a class.",
     )
     device: str | None = Field(None, description="PCI device id, 4 hex digits; None = any")
     classes: list[str] = Field(
         ["0300", "0302"],
+        max_length=16,
         description="PCI class codes (0300 VGA, 0302 3D controller; 2 digits = a whole base "
         "class). A device matches when its class equals or starts with one of them.",
     )
 
     @field_validator("vendor", "device", mode="before")
     @classmethod
-    def _hex_id(cls, value: object) -> object:
+    def _hex_id(cls, value: object, info: ValidationInfo) -> object:
         if value is None:
+            if info.field_name == "vendor":
+                raise ValueError(
+                    "a selector must name a vendor (e.g. '10de' for NVIDIA): without one it "
+                    "would select every device of its classes, bridges included"
+                )
             return None
         text = str(value).lower().removeprefix("0x")
-        if not HEX_ID.match(text):
-            raise ValueError(f"{value!r} is not a PCI id: use 4 hex digits such as '10de'")
+        if not HEX_ID.fullmatch(text):
+            raise ValueError(f"{shown(value)} is not a PCI id: use 4 hex digits such as '10de'")
         return text
 
     @field_validator("classes", mode="before")
@@ -89,8 +116,8 @@ class PcieSelector(ProfileModel):
         out = []
         for item in value:
             text = str(item).lower().removeprefix("0x")
-            if not CLASS_ID.match(text):
-                raise ValueError(f"{item!r} is not a PCI class code: use 2 or 4 hex digits")
+            if not CLASS_ID.fullmatch(text):
+                raise ValueError(f"{shown(item)} is not a PCI class code: use 2 or 4 hex digits")
             out.append(text)
         return out
 
@@ -100,12 +127,14 @@ class NodeProfile(ProfileModel):
 
     modules: list[str] = Field(
         ["nvidia_peermem"],
+        max_length=64,
         description="Kernel modules loaded now and at every boot (/etc/modules-load.d). "
         "nvidia_peermem (GPUDirect RDMA) is loaded only where an RDMA device exists, "
         "unless listed in required_modules.",
     )
     required_modules: list[str] = Field(
         [],
+        max_length=64,
         description="Modules that must load: a missing one fails the run instead of being "
         "reported as not applicable.",
     )
@@ -118,13 +147,19 @@ class NodeProfile(ProfileModel):
     sysctls: dict[str, str] = Field(
         default_factory=lambda: dict(DEFAULT_SYSCTLS),
         description="sysctl key -> value. Given keys are merged over the defaults; a value of "
-        "null removes a default.",
+        "null removes a default. Keys are dotted names; values are integers or integers "
+        "separated by spaces, except net.ipv4.tcp_congestion_control, "
+        "net.ipv4.tcp_allowed_congestion_control and net.core.default_qdisc (names).",
     )
     max_cstate: int | None = Field(
-        1, description="Deepest C-state allowed (1 = C1). None leaves C-states alone."
+        1,
+        description=f"Deepest C-state allowed (0 = poll only, 1 = C1, up to "
+        f"{MAX_CSTATE_LIMIT}). None leaves C-states alone.",
     )
-    cpu_governor: str | None = Field(
-        "performance", description="cpufreq scaling governor; None leaves it alone."
+    cpu_governor: CpuGovernor | None = Field(
+        "performance",
+        description="cpufreq scaling governor (one the kernel knows: "
+        f"{', '.join(CPU_GOVERNORS)}); None leaves it alone.",
     )
     amd_pstate: Literal["active", "passive", "guided"] | None = Field(
         "active",
@@ -132,22 +167,27 @@ class NodeProfile(ProfileModel):
         "acpi-cpufreq was in use). Ignored on Intel.",
     )
     memlock: Literal["unlimited"] | int = Field(
-        "unlimited", description="RLIMIT_MEMLOCK for the host (bytes or 'unlimited')."
+        "unlimited",
+        description="RLIMIT_MEMLOCK for the host: 'unlimited' or bytes (65536 up to 2**50).",
     )
     cmdline: dict[str, str | None] = Field(
         {},
-        description="Extra kernel cmdline parameters: key -> value, or null for a bare flag.",
+        max_length=64,
+        description="Extra kernel cmdline parameters: key -> value, or null for a bare flag. "
+        "Values: letters, digits and _ . , : / = + - @ % ~ (no spaces, quotes or $), up to "
+        "256 characters.",
     )
     kernel_pin: str | None = Field(
         None,
-        description="Kernel to keep: a version such as '6.8.12-4-pve', 'running', or None "
-        "for no pin.",
+        description="Kernel to keep: a kernel release such as '6.8.12-4-pve' or "
+        "'6.12.117+deb13-amd64', 'running', or None for no pin.",
     )
     nvidia_driver: str | None = Field(
         None, description="NVIDIA driver version to hold, e.g. '550.127.05'; None = no pin."
     )
     nvidia_packages: list[str] | None = Field(
         None,
+        max_length=64,
         description="Driver packages to install when nvidia_driver_change allows it and no "
         "NVIDIA package is installed yet. None = chosen by nvidia_kernel_modules and "
         "nvidia_repository: Debian nvidia-driver + nvidia-open-kernel-dkms (open) or "
@@ -211,17 +251,8 @@ class NodeProfile(ProfileModel):
     @classmethod
     def _module_names(cls, value: list[str]) -> list[str]:
         for name in value:
-            if not MODULE_NAME.match(name):
-                raise ValueError(f"{name!r} is not a kernel module name (letters, digits, _ -)")
+            check(MODULE_NAME, name, "a kernel module name (letters, digits, _ -; up to 56)")
         return [name.replace("-", "_") for name in value]
-
-    @field_validator("nvidia_packages")
-    @classmethod
-    def _packages(cls, value: list[str] | None) -> list[str] | None:
-        for name in value or []:
-            if not PACKAGE_NAME.match(name):
-                raise ValueError(f"{name!r} is not a Debian package name such as 'nvidia-driver'")
-        return value
 
     @field_validator("gpu_power_limit", mode="before")
     @classmethod
@@ -233,7 +264,7 @@ class NodeProfile(ProfileModel):
             for index, item in value.items():
                 text = str(index)
                 if isinstance(index, bool) or not text.isdigit() or int(text) > MAX_GPU_INDEX:
-                    raise ValueError(f"{index!r} is not a GPU index (0..{MAX_GPU_INDEX})")
+                    raise ValueError(f"{shown(index)} is not a GPU index (0..{MAX_GPU_INDEX})")
                 out[int(text)] = _power_value(item)
             if not out:
                 raise ValueError("give watts, 'default', 'max' or a mapping GPU index -> those")
@@ -252,16 +283,18 @@ class NodeProfile(ProfileModel):
     def _merge_sysctls(cls, value: object) -> object:
         if not isinstance(value, dict):
             raise ValueError("give a mapping of sysctl key -> value")
+        if len(value) > 256:
+            raise ValueError(f"{len(value)} sysctls: at most 256")
         merged = dict(DEFAULT_SYSCTLS)
         for key, item in value.items():
-            if not isinstance(key, str) or not SYSCTL_KEY.match(key):
-                raise ValueError(f"{key!r} is not a sysctl key such as 'vm.swappiness'")
+            if not isinstance(key, str) or not SYSCTL_KEY.fullmatch(key) or len(key) > 128:
+                raise ValueError(f"{shown(key)} is not a sysctl key such as 'vm.swappiness'")
             if item is None:
                 merged.pop(key, None)
             elif isinstance(item, bool) or not isinstance(item, (str, int)):
-                raise ValueError(f"{key}: {item!r} is not a sysctl value (string or integer)")
+                raise ValueError(f"{key}: {shown(item)} is not a sysctl value (string or integer)")
             else:
-                merged[key] = " ".join(str(item).split())
+                merged[key] = check_sysctl_value(key, str(item))
         return merged
 
     @field_validator("max_cstate")
@@ -269,6 +302,11 @@ class NodeProfile(ProfileModel):
     def _cstate(cls, value: int | None) -> int | None:
         if value is not None and value < 0:
             raise ValueError(f"{value} is below 0; use 0 (poll only), 1 (C1) or deeper")
+        if value is not None and value > MAX_CSTATE_LIMIT:
+            raise ValueError(
+                f"{value} is above {MAX_CSTATE_LIMIT}, the deepest C-state of any CPU; "
+                "use 0 (poll only), 1 (C1) up to 10, or null to leave C-states alone"
+            )
         return value
 
     @field_validator("memlock")
@@ -276,16 +314,24 @@ class NodeProfile(ProfileModel):
     def _memlock(cls, value: str | int) -> str | int:
         if isinstance(value, int) and value < 65536:
             raise ValueError(f"{value} bytes is too small; use 'unlimited' or >= 65536")
+        if isinstance(value, int) and value > MEMLOCK_LIMIT:
+            raise ValueError(f"{value} bytes is above 2**50; use 'unlimited'")
         return value
 
     @field_validator("cmdline")
     @classmethod
     def _cmdline(cls, value: dict[str, str | None]) -> dict[str, str | None]:
         for key, item in value.items():
-            if not CMDLINE_KEY.match(key):
-                raise ValueError(f"{key!r} is not a kernel parameter name")
+            check(CMDLINE_KEY, key, "a kernel parameter name (letters, digits, _ . -)")
             if item is not None and (not item or any(c.isspace() or c == '"' for c in item)):
-                raise ValueError(f"{key}={item!r}: give a non-empty value without spaces or quotes")
+                raise ValueError(
+                    f"{key}={shown(item)}: give a non-empty value without spaces or quotes"
+                )
+            if item is not None and not CMDLINE_VALUE.fullmatch(item):
+                raise ValueError(
+                    f"{key}={shown(item)}: a kernel parameter value may hold letters, digits "
+                    "and _ . , : / = + - @ % ~ (up to 256; no $, backquote, quote or ;)"
+                )
         return value
 
     @field_validator("kernel_pin")
@@ -294,7 +340,7 @@ class NodeProfile(ProfileModel):
         if value in (None, "running") or is_kernel_release(value):
             return value
         raise ValueError(
-            f"{value!r} is not a kernel version such as '6.17.2-2-pve', "
+            f"{shown(value)} is not a kernel version such as '6.17.2-2-pve', "
             "'6.12.117+deb13-amd64' or 'running'"
         )
 
@@ -302,10 +348,15 @@ class NodeProfile(ProfileModel):
     @classmethod
     def _driver(cls, value: str | None) -> str | None:
         if value is not None:
-            try:
-                Version(value)
-            except InvalidVersion:
-                raise ValueError(f"{value!r} is not a version such as '550.127.05'") from None
+            check(DRIVER_VERSION, value, "a version such as '550.127.05'")
+        return value
+
+    @field_validator("nvidia_packages")
+    @classmethod
+    def _packages(cls, value: list[str] | None) -> list[str] | None:
+        for name in value or []:
+            check(PACKAGE_NAME, name, "a Debian package name such as 'nvidia-driver' "
+                  "(lowercase letters, digits, + - .)")
         return value
 
     @model_validator(mode="after")
@@ -319,7 +370,7 @@ class NodeProfile(ProfileModel):
 def _power_value(value: object) -> int | str:
     """One power limit: watts (1-9999) or 'default'/'max'."""
     text = str(value).strip().lower().removesuffix("w").strip()
-    if isinstance(value, bool) or not POWER_LIMIT.match(text):
-        raise ValueError(f"{value!r} is not a power limit: give watts such as 300, 'default' "
+    if isinstance(value, bool) or not POWER_LIMIT.fullmatch(text):
+        raise ValueError(f"{shown(value)} is not a power limit: give watts such as 300, 'default' "
                          "or 'max'")
     return text if text in ("default", "max") else int(text)

@@ -302,3 +302,48 @@ def test_property_string():
         "bridge": "vmbr0",
         "firewall": "",
     }
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "fragment"),
+    [
+        ("net0", "name=eth0,bridge=vmbr0,ip=dhcp;reboot",
+         "net0 ip='dhcp;reboot' is not an IPv4 address/prefix or dhcp, manual"),
+        ("net0", "name=eth0,bridge=vmbr0 ,ip=10.0.0.5", "is not an IPv4 address/prefix"),
+        ("net0", "name=eth0,tag=5000", "net0 tag='5000' is not an integer from 1 to 4094"),
+        ("net0", "name=$(id),bridge=vmbr0", "is not an interface name"),
+        ("features", "nesting=yes", "feature nesting='yes' is not 0 or 1"),
+        ("features", "mount=nfs`id`", "feature mount="),
+        ("ostemplate", "local:vztmpl/$(id).tar.zst", "must be 'STORAGE:vztmpl/FILE.tar.zst'"),
+        ("hostname", "llm-a\n", "must be one RFC 1123 label"),
+        ("rootfs_storage", "local-lvm\n", "must be a Proxmox storage id"),
+        ("nvidia_driver", "550.127.05\n", "must be a driver version"),
+        ("memory", 1 << 40, "less than or equal to"),
+        ("extra_lxc", ["lxc.mount.entry: /dev/../dev/nvidia0 dev/nvidia0 none bind"],
+         "'/dev/../dev/nvidia0' is not a mount source"),
+        ("extra_lxc", ["lxc.cap.drop: x\nlxc.hook.start: /bin/sh"], "must be one line"),
+        ("extra_lxc", ["lxc.cgroup2.devices.allow: c 1:1 rwm; id"], "is not a lxc.cgroup2"),
+    ],
+)
+def test_hostile_container_values_name_host_field_and_value(field, value, fragment):
+    raw = {"vmid": 110, "hostname": "llm-a", "ostemplate": TEMPLATE, field: value}
+    with pytest.raises(ContainerSpecError) as error:
+        validate_containers("pve1", [raw], {}, 8)
+    message = str(error.value)
+    assert f"pve1: containers[0].{field}" in message
+    assert fragment in message
+
+
+def test_hook_lines_are_accepted_and_named_for_the_dry_run():
+    s = spec(extra_lxc=["lxc.hook.pre-start: /usr/local/bin/gpu-check"])
+    assert s.hook_note == (" (extra_lxc lxc.hook.pre-start: runs commands as root on this "
+                           "Proxmox host)")
+    assert spec().hook_note == ""
+
+
+def test_real_net0_values_pass():
+    for net0 in ["name=eth0,bridge=vmbr0,firewall=1,gw=192.168.1.1,hwaddr=BC:24:11:5E:7A:01,"
+                 "ip=192.168.1.50/24,ip6=auto,tag=20,type=veth,mtu=9000",
+                 "name=eth1,bridge=vmbr1,ip=manual,ip6=fd00::5/64,gw6=fd00::1,rate=125,"
+                 "trunks=10;20-30,link_down=0"]:
+        assert spec(net0=net0).net0 == net0

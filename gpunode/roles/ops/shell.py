@@ -1,0 +1,59 @@
+"""Where values meet the shell, in one place.
+
+- ``argv``: a command line from words, each quoted with shlex.quote, so a value is always
+  one word and never shell syntax;
+- ``script``: a shell snippet rendered from ``templates/shell/``, whose every variable goes
+  through the ``shquote`` filter (a test checks every shell template for it).
+
+Operations build their commands with these two; no value is put into shell text by hand.
+"""
+
+from __future__ import annotations
+
+import shlex
+from importlib.resources import files
+from typing import Any
+
+from jinja2 import DictLoader, Environment, StrictUndefined
+from pyinfra.api import StringCommand
+
+
+def _shell_templates() -> dict[str, str]:
+    """templates/shell/*.j2, read once at import (operation tests mock the file system)."""
+    folder = files("gpunode") / "templates" / "shell"
+    return {item.name: item.read_text() for item in folder.iterdir() if item.name.endswith(".j2")}
+
+
+_environment = Environment(
+    loader=DictLoader(_shell_templates()),
+    undefined=StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+    autoescape=False,
+)
+_environment.filters["shquote"] = lambda value: shlex.quote(str(value))
+
+
+def quote(value: object) -> str:
+    """One shell word for value (str() first: integers and paths alike)."""
+    return shlex.quote(str(value))
+
+
+def argv_text(*words: object) -> str:
+    """The shell text of a command line whose every word is quoted."""
+    return " ".join(quote(word) for word in words)
+
+
+def argv(*words: object) -> StringCommand:
+    """A command line from words, each quoted: `argv('apt-mark', 'hold', *packages)`."""
+    return StringCommand(argv_text(*words))
+
+
+def script_text(template: str, **variables: Any) -> str:
+    """templates/shell/<template> rendered; its variables are quoted by the template."""
+    return _environment.get_template(template).render(**variables).strip("\n")
+
+
+def script(template: str, **variables: Any) -> StringCommand:
+    """A shell snippet from templates/shell/<template>, as one command."""
+    return StringCommand(script_text(template, **variables))

@@ -1,0 +1,111 @@
+"""Allow-lists for every profile value that reaches a command, a template or a file.
+
+Each pattern is matched whole (``re.fullmatch``: ``$`` would also match before a trailing
+newline), and each ``check_*`` function raises ValueError saying what is allowed, so that
+pydantic's error names the field and the loader adds host and value.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import posixpath
+import re
+from typing import Literal, get_args
+
+#: Kernel module names (MODULE_NAME_LEN is 56); no leading '-' (it would be a modprobe option).
+MODULE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-]{0,55}")
+#: Dotted sysctl names ('vm.swappiness', 'net.ipv4.conf.eth0.rp_filter').
+SYSCTL_KEY = re.compile(r"[a-z0-9_][a-z0-9_\-]*(?:\.[a-z0-9_][a-z0-9_\-]*)+")
+#: One integer or several separated by single spaces ('0', '4096 87380 134217728', '-1').
+SYSCTL_INTEGERS = re.compile(r"-?[0-9]{1,20}(?: -?[0-9]{1,20}){0,7}")
+#: Words for the string-valued keys below ('bbr', 'fq', 'reno cubic bbr').
+SYSCTL_WORDS = re.compile(r"[A-Za-z0-9_\-]{1,32}(?: [A-Za-z0-9_\-]{1,32}){0,15}")
+#: sysctls whose value is a name rather than a number. kernel.core_pattern and the like are
+#: left out on purpose: '|/path' there makes the kernel run a program as root.
+STRING_SYSCTLS = frozenset({
+    "net.ipv4.tcp_congestion_control",
+    "net.ipv4.tcp_allowed_congestion_control",
+    "net.core.default_qdisc",
+})
+#: Kernel parameter names ('processor.max_cstate', 'vfio-pci.ids').
+CMDLINE_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,63}")
+#: Kernel parameter values: no quotes, '$', backquote, '\\', spaces or shell operators (the
+#: value lands in /etc/default/grub, which update-grub sources as shell).
+CMDLINE_VALUE = re.compile(r"[A-Za-z0-9_.,:/=+\-@%~]{1,256}")
+#: NVIDIA driver versions: '550.127.05', '535.216.03', '580.65'.
+DRIVER_VERSION = re.compile(r"[0-9]{2,4}\.[0-9]{1,4}(?:\.[0-9]{1,4})?")
+#: Debian policy 5.6.1: lowercase letters, digits, + - . ; at least two, starting alnum;
+#: an optional ':arch' qualifier as dpkg prints it ('libcuda1:amd64').
+PACKAGE_NAME = re.compile(r"[a-z0-9][a-z0-9+.\-]{1,127}(?::[a-z0-9][a-z0-9\-]{0,31})?")
+HEX_ID = re.compile(r"[0-9a-f]{4}")
+CLASS_ID = re.compile(r"[0-9a-f]{2}(?:[0-9a-f]{2})?")
+#: Linux interface names: at most 15 bytes, no '/', no spaces.
+IFACE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,14}")
+MAC_ADDRESS = re.compile(r"[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5}")
+VLAN_TRUNKS = re.compile(r"[0-9]{1,4}(?:-[0-9]{1,4})?(?:;[0-9]{1,4}(?:-[0-9]{1,4})?)*")
+FS_TYPES = re.compile(r"[a-z0-9]{1,16}(?:;[a-z0-9]{1,16}){0,15}")
+#: Control characters never belong in a config line.
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+CpuGovernor = Literal[
+    "performance", "powersave", "schedutil", "ondemand", "conservative", "userspace"
+]
+CPU_GOVERNORS: tuple[str, ...] = get_args(CpuGovernor)
+
+
+def shown(value: object, limit: int = 60) -> str:
+    """repr of a value, cut to `limit` characters (a pasted 4 KiB blob stays one line)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(str(value))} characters)"
+
+
+def check(pattern: re.Pattern[str], value: object, what: str) -> str:
+    """value if it is a string the pattern matches whole, else ValueError naming `what`."""
+    if not isinstance(value, str) or not pattern.fullmatch(value):
+        raise ValueError(f"{shown(value)} is not {what}")
+    return value
+
+
+def check_sysctl_value(key: str, value: str) -> str:
+    """Integers (space separated) for most keys, words for the known string-valued ones."""
+    text = " ".join(value.split())
+    if key in STRING_SYSCTLS:
+        return check(SYSCTL_WORDS, text, f"a value for {key}: words of letters, digits, _ -")
+    if not SYSCTL_INTEGERS.fullmatch(text):
+        raise ValueError(
+            f"{key}: {shown(value)} is not a sysctl value: use an integer or integers "
+            f"separated by spaces (string values only for {', '.join(sorted(STRING_SYSCTLS))})"
+        )
+    return text
+
+
+def check_ip(value: str, version: int, what: str, cidr: bool) -> str:
+    """An IPv4/IPv6 address (with /prefix when cidr) in Proxmox's net0 syntax."""
+    try:
+        parsed = (ipaddress.ip_interface if cidr else ipaddress.ip_address)(value)
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.version != version or (cidr and "/" not in value):
+        raise ValueError(f"{shown(value)} is not {what}")
+    return value
+
+
+def check_path(value: str, what: str, absolute: bool | None = None) -> str:
+    """A normalised path: no '..', no '//', no trailing '/', no control characters, no
+    spaces; absolute (True), relative (False) or either (None)."""
+    bare = value.lstrip("/")
+    normal = posixpath.normpath(bare) if bare else ""
+    if (
+        not bare
+        or CONTROL.search(value)
+        or normal != bare
+        or normal.split("/")[0] == ".."
+        or ".." in bare.split("/")
+        or any(c.isspace() for c in value)
+        or (absolute is not None and absolute != value.startswith("/"))
+    ):
+        kind = {True: "an absolute", False: "a relative", None: "a"}[absolute]
+        raise ValueError(f"{shown(value)} is not {what}: use {kind} path without '..' or '//'")
+    return value

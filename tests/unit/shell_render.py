@@ -1,0 +1,78 @@
+"""Every shell text gpunode builds from a declaration, without a host: the scripts it
+writes, the files the shell sources (/etc/default/grub) and the command lines it runs.
+
+Used by test_hostile_values.py: whatever a user value can reach, it reaches through these
+builders, so a value that passes the schema must leave each text valid shell."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpunode.roles.container.defaults import ContainerSettings
+from gpunode.roles.container.plan import install_command
+from gpunode.roles.facts.cmdline import edit_grub_default, merge_cmdline, split_cmdline
+from gpunode.roles.facts.cpu import CpuState
+from gpunode.roles.host_tuning import boot_script_variables
+from gpunode.roles.kernel import DEBIAN_GRUB_ENTRY, wanted_cmdline
+from gpunode.roles.lxc_gpu.passthrough import DeviceNode
+from gpunode.roles.lxc_gpu.plan import desired_lxc_lines, lxc_line
+from gpunode.roles.ops.cmdline import set_grub_default_entry
+from gpunode.roles.ops.cpu import sysfs_loop
+from gpunode.roles.ops.files import render_template
+from gpunode.roles.ops.lxc import append_lines_command, guarded_write_commands
+from gpunode.roles.ops.pcie import write_and_verify_command
+from gpunode.roles.ops.shell import argv_text, script_text
+from gpunode.roles.profile.container import ContainerSpec, pct_create_args, pct_set_args
+from gpunode.roles.profile.node import BEST_EFFORT_SYSCTLS, NodeProfile
+
+GRUB = (Path(__file__).parents[1] / "data" / "grub" / "debian12-default-grub").read_text()
+CPUS = [CpuState(vendor="AuthenticAMD"), CpuState(vendor="GenuineIntel")]
+MAJORS = {"nvidia-frontend": 195, "nvidia-uvm": 510}
+DEVICES = [DeviceNode(path=f"/dev/nvidia{i}", major=195, minor=i, kind="char") for i in range(8)]
+
+
+def _text(command: object) -> str:
+    return str(getattr(command, "get_raw_value", lambda: command)())
+
+
+def node_shell(profile: NodeProfile) -> list[str]:
+    """The boot script, /etc/default/grub as edited, and every command line."""
+    texts = [render_template("boot/gpunode-tune.sh.j2", **boot_script_variables(profile))]
+    for cpu in CPUS:
+        tokens = merge_cmdline(split_cmdline(""), wanted_cmdline(profile, cpu))
+        grub = edit_grub_default(GRUB, tokens)
+        if profile.kernel_pin:
+            entry = DEBIAN_GRUB_ENTRY.format(version=profile.kernel_pin)
+            grub = set_grub_default_entry(grub, entry)
+        texts.append(grub)
+    for key, value in profile.sysctls.items():
+        texts.append(script_text("sysctl-write.sh.j2", key=key, value=value,
+                                 best_effort=key in BEST_EFFORT_SYSCTLS))
+    texts += [argv_text("modprobe", name) for name in profile.modules]
+    texts.append(argv_text("apt-mark", "hold", *profile.nvidia_packages))
+    texts.append(argv_text("apt-get", "install", "-y", *profile.nvidia_packages))
+    if profile.kernel_pin:
+        texts.append(argv_text("proxmox-boot-tool", "kernel", "pin", profile.kernel_pin))
+    if profile.cpu_governor:
+        texts.append(_text(sysfs_loop([0, 1], "cpufreq/scaling_governor", profile.cpu_governor)))
+    texts.append(write_and_verify_command("0000:01:00.0", profile.max_read_request))
+    return texts
+
+
+def container_shell(spec: ContainerSpec) -> list[str]:
+    """pct create / set, the config lines appended and the guarded config write."""
+    lines = [lxc_line(k, v) for k, v in desired_lxc_lines(spec, MAJORS, DEVICES)]
+    lines += [lxc_line(k, v) for k, v in spec.extra_lxc_entries]
+    texts = [argv_text(*pct_create_args(spec)), argv_text(*pct_set_args(spec, {}))]
+    texts.append(_text(append_lines_command(spec.vmid, lines)))
+    old, new = "arch: amd64\n", "arch: amd64\n" + "\n".join(lines) + "\n"
+    texts += [_text(c) for c in guarded_write_commands(spec.vmid, old, new)
+              if hasattr(c, "get_raw_value")]
+    return texts
+
+
+def settings_shell(settings: ContainerSettings) -> list[str]:
+    """The userspace install and hold inside the container."""
+    version = settings.nvidia_driver or "550.127.05"
+    return [_text(install_command(settings.nvidia_packages, version)),
+            argv_text("apt-mark", "hold", *settings.nvidia_packages)]
