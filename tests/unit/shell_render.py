@@ -21,7 +21,8 @@ from gpunode.roles.ops.cpu import sysfs_loop
 from gpunode.roles.ops.files import render_template
 from gpunode.roles.ops.lxc import append_lines_command, guarded_write_commands
 from gpunode.roles.ops.pcie import write_and_verify_command
-from gpunode.roles.ops.shell import argv_text, script_text
+from gpunode.roles.ops.shell import argv_text
+from gpunode.roles.ops.sysctl import write_and_verify_command as sysctl_write
 from gpunode.roles.profile.container import ContainerSpec, pct_create_args, pct_set_args
 from gpunode.roles.profile.node import BEST_EFFORT_SYSCTLS, NodeProfile
 
@@ -46,8 +47,7 @@ def node_shell(profile: NodeProfile) -> list[str]:
             grub = set_grub_default_entry(grub, entry)
         texts.append(grub)
     for key, value in profile.sysctls.items():
-        texts.append(script_text("sysctl-write.sh.j2", key=key, value=value,
-                                 best_effort=key in BEST_EFFORT_SYSCTLS))
+        texts.append(sysctl_write(key, value, key in BEST_EFFORT_SYSCTLS))
     texts += [argv_text("modprobe", name) for name in profile.modules]
     texts.append(argv_text("apt-mark", "hold", *profile.nvidia_packages))
     texts.append(argv_text("apt-get", "install", "-y", *profile.nvidia_packages))
