@@ -14,12 +14,12 @@ from gpunode.roles.facts.cmdline import edit_grub_default, merge_cmdline, split_
 from gpunode.roles.facts.cpu import CpuState
 from gpunode.roles.host_tuning import boot_script_variables
 from gpunode.roles.kernel import DEBIAN_GRUB_ENTRY, wanted_cmdline
+from gpunode.roles.lxc_gpu.ops import append_lines_command, guarded_write_commands
 from gpunode.roles.lxc_gpu.passthrough import DeviceNode
-from gpunode.roles.lxc_gpu.plan import desired_lxc_lines, lxc_line
+from gpunode.roles.lxc_gpu.plan import new_container_lines
 from gpunode.roles.ops.cmdline import set_grub_default_entry
 from gpunode.roles.ops.cpu import sysfs_loop
 from gpunode.roles.ops.files import render_template
-from gpunode.roles.ops.lxc import append_lines_command, guarded_write_commands
 from gpunode.roles.ops.pcie import write_and_verify_command
 from gpunode.roles.ops.shell import argv_text
 from gpunode.roles.ops.sysctl import write_and_verify_command as sysctl_write
@@ -61,8 +61,7 @@ def node_shell(profile: NodeProfile) -> list[str]:
 
 def container_shell(spec: ContainerSpec) -> list[str]:
     """pct create / set, the config lines appended and the guarded config write."""
-    lines = [lxc_line(k, v) for k, v in desired_lxc_lines(spec, MAJORS, DEVICES)]
-    lines += [lxc_line(k, v) for k, v in spec.extra_lxc_entries]
+    lines = new_container_lines(spec, MAJORS, DEVICES, pve_version="8.2.4")
     texts = [argv_text(*pct_create_args(spec)), argv_text(*pct_set_args(spec, {}))]
     texts.append(_text(append_lines_command(spec.vmid, lines)))
     old, new = "arch: amd64\n", "arch: amd64\n" + "\n".join(lines) + "\n"

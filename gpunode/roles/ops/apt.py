@@ -11,8 +11,8 @@ from gpunode.roles.facts.apt import AptHolds
 from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.facts.dpkg import InstalledPackages
 from gpunode.roles.ops.changes import report_change
-from gpunode.roles.pyinfra_adapter import inner_commands
 from gpunode.roles.ops.shell import argv
+from gpunode.roles.pyinfra_adapter import inner_commands
 
 
 @operation()
