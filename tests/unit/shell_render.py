@@ -20,7 +20,7 @@ from gpunode.roles.lxc_gpu.plan import new_container_lines
 from gpunode.roles.ops.cmdline import set_grub_default_entry
 from gpunode.roles.ops.cpu import sysfs_loop
 from gpunode.roles.ops.files import render_template
-from gpunode.roles.ops.pcie import write_and_verify_command
+from gpunode.roles.ops.pcie import acs_write_command, write_and_verify_command
 from gpunode.roles.ops.shell import argv_text
 from gpunode.roles.ops.sysctl import write_and_verify_command as sysctl_write
 from gpunode.roles.profile.container import ContainerSpec, pct_create_args, pct_set_args
@@ -49,8 +49,10 @@ def node_shell(profile: NodeProfile) -> list[str]:
     for key, value in profile.sysctls.items():
         texts.append(sysctl_write(key, value, key in BEST_EFFORT_SYSCTLS))
     texts += [argv_text("modprobe", name) for name in profile.modules]
-    texts.append(argv_text("apt-mark", "hold", *profile.nvidia_packages))
-    texts.append(argv_text("apt-get", "install", "-y", *profile.nvidia_packages))
+    packages = profile.nvidia_packages or ["nvidia-driver"]
+    texts.append(argv_text("apt-mark", "hold", *packages))
+    texts.append(argv_text("apt-get", "install", "-y", *packages))
+    texts.append(acs_write_command("0000:00:01.1"))
     if profile.kernel_pin:
         texts.append(argv_text("proxmox-boot-tool", "kernel", "pin", profile.kernel_pin))
     if profile.cpu_governor:

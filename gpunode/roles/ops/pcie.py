@@ -136,16 +136,15 @@ def bridges_above(devices: list[PcieDevice], paths: dict[str, list[str]],
     return [d for d in devices if d.bdf in above]
 
 
-def acs_write_command(bdf: str) -> str:
+def acs_write_command(bdf: str, devices_dir: str = PCI_DEVICES_DIR) -> str:
     """Masked write of the redirect bits of ACS Control, read back; fails naming the bridge
-    when a bit stays set."""
-    q = shlex.quote(bdf)
-    return (
-        f"if [ ! -e /sys/bus/pci/devices/{q} ]; then echo 'gpunode: bridge {bdf} vanished "
-        "before the ACS write; nothing written' >&2; exit 1; fi; "
-        f"setpci -s {q} {ACS_SETPCI_ARGUMENT} && v=$(setpci -s {q} ECAP_ACS+0x6.w) && "
-        f"if [ $(( 0x$v & 0x{ACS_REDIRECT_MASK:04x} )) -ne 0 ]; then "
-        f'echo "gpunode: bridge {bdf} kept ACS redirect bits (ACSCtl reads $v)" >&2; exit 1; fi'
+    when a bit stays set (templates/shell/acs-write.sh.j2)."""
+    return script_text(
+        "acs-write.sh.j2",
+        bdf=bdf,
+        mask=f"0x{ACS_REDIRECT_MASK:04x}",
+        setpci_argument=ACS_SETPCI_ARGUMENT,
+        devices_dir=devices_dir,
     )
 
 
