@@ -110,6 +110,14 @@ def grub_default_kernel(snap: NodeSnapshot) -> str | None:
     return match.group(1) if match else None
 
 
+def kernel_package(release: str) -> str:
+    """The package that installs a kernel release: Proxmox's signed image for '-pve'
+    ('6.17.2-1-pve'), Debian's linux-image otherwise ('6.12.69+deb13-amd64')."""
+    if release.endswith("-pve"):
+        return f"proxmox-kernel-{release}-signed"
+    return f"linux-image-{release}"
+
+
 def check_kernel(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
     """Running kernel vs the profile's pin, the host's pin, or the newest installed."""
     name = kind = "kernel"
@@ -127,8 +135,8 @@ def check_kernel(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
             return [Check(name=name, status="P1", live=f"running {running}; {wanted_pin} not "
                           f"installed (installed: {', '.join(kernels.installed)})",
                           want=wanted_pin, kind=kind,
-                          fix=f"install {wanted_pin} (proxmox-kernel-{wanted_pin}-signed or "
-                          "linux-image-...) or pin an installed kernel in gpunode.kernel_pin")]
+                          fix=f"install {kernel_package(wanted_pin)} or pin an installed "
+                          "kernel in gpunode.kernel_pin")]
         packages = sorted(p for p, v in kernels.packages.items() if v == wanted_pin)
         unheld = [p for p in packages if p not in kernels.held_packages]
         if host_pin != wanted_pin or unheld:
