@@ -10,8 +10,9 @@
 
 Fault tests add GPUNODE_LAB_CMDLINE="key=value" (one more cmdline parameter),
 GPUNODE_LAB_REBOOT_TIMEOUT (seconds), GPUNODE_LAB_BOOTLOADER (grub or systemd-boot: the
-Proxmox path, /etc/kernel/cmdline + proxmox-boot-tool refresh) and GPUNODE_LAB_KERNEL_PIN=none
-(no kernel pin) through the environment.
+Proxmox path, /etc/kernel/cmdline + proxmox-boot-tool refresh), GPUNODE_LAB_KERNEL_PIN=none
+(no kernel pin) and GPUNODE_LAB_ACS_REDIRECT=off (clear ACS redirect on the stand-ins' root
+ports: QEMU's pcie-root-port has a writable ACS capability) through the environment.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ def lab_profile_data(environ: dict[str, str] | None = None) -> dict[str, Any]:
         data["kernel_pin"] = None
     if env.get("GPUNODE_LAB_BOOTLOADER"):
         data["bootloader"] = env["GPUNODE_LAB_BOOTLOADER"]
+    if env.get("GPUNODE_LAB_ACS_REDIRECT"):
+        data["pcie_acs_redirect"] = env["GPUNODE_LAB_ACS_REDIRECT"]
     if env.get("GPUNODE_LAB_REBOOT_TIMEOUT"):
         data["reboot_timeout"] = int(env["GPUNODE_LAB_REBOOT_TIMEOUT"])
     return data

@@ -12,7 +12,13 @@ operation runs no command there and reads six read-only facts, in one remote com
 
 Options (pyinfra --data, for every host):
 - report=json|md|both|none: write the report files (default none);
-- report_dir=PATH: where to write them (default ./reports).
+- report_dir=PATH: where to write them (default ./reports);
+- gpunode_audit_active=1: active mode, off by default and never part of a deploy: also runs
+  the bandwidth tests present on the node (CUDA samples' p2pBandwidthLatencyTest, nccl-tests'
+  all_reduce_perf and sendrecv_perf over all GPUs), each bounded by
+  gpunode_audit_active_timeout seconds (default 120, 10..3600), and reports each GPU pair's
+  P2P bandwidth and the bus bandwidth against what the PCIe links carry. It loads the GPUs:
+  run it on a node that serves nothing.
 
 Failure signal: with -y (cron, CI, monitoring) every host is audited and pyinfra exits 1 when
 any host has a P0 or P1 open ("HOST: audit failed: N open (P0 a, P1 b)", that host marked
@@ -23,7 +29,7 @@ detection; --dry exits 0.
 from pyinfra import host, state
 from pyinfra.api.exceptions import PyinfraError
 
-from gpunode.roles.audit.report import report_formats
+from gpunode.roles.audit.report import active_timeout, report_formats
 from gpunode.roles.audit.run import audit_node
 from gpunode.roles.audit.snapshot import AUDIT_READ, snapshot_reads
 from gpunode.roles.facts.cache import prefetch
@@ -40,9 +46,16 @@ def audit() -> None:
     except ValueError as exc:
         raise PyinfraError(f"{host.name}: --data {exc}") from None
 
+    try:
+        active = active_timeout(host.data.get("gpunode_audit_active"),
+                                host.data.get("gpunode_audit_active_timeout"))
+    except ValueError as exc:
+        raise PyinfraError(f"{host.name}: --data {exc}") from None
+
     audit_node(
-        name="Audit the live node (read-only)",
+        name="Audit the live node" + (" (active: bandwidth tests)" if active else " (read-only)"),
         profile=profile,
         formats=formats,
         report_dir=str(host.data.get("report_dir") or "reports"),
+        active_timeout_s=active,
     )

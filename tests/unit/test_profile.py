@@ -17,6 +17,18 @@ def test_defaults_are_the_inference_profile():
     assert profile.max_cstate == 1
     assert profile.memlock == "unlimited"
     assert profile.reboot is False
+    assert profile.gpu_persistence is True
+    assert profile.gpu_power_limit is None
+    assert profile.nvidia_kernel_modules == "auto"
+    assert profile.pcie_acs_redirect == "keep"
+    assert profile.nvidia_packages is None and profile.nvidia_repository == "debian"
+
+
+def test_power_limits_all_gpus_or_per_index():
+    assert NodeProfile(gpu_power_limit="300W").gpu_power_limit == 300
+    assert NodeProfile(gpu_power_limit="MAX").gpu_power_limit == "max"
+    assert NodeProfile(gpu_power_limit={"0": 250, 3: "default"}).gpu_power_limit == {
+        0: 250, 3: "default"}
 
 
 def test_sysctls_merge_over_defaults_and_null_removes():
@@ -63,6 +75,15 @@ def test_module_names_are_normalised():
         ({"nvidia_packages": ["nvidia-smi; touch x"]}, "gpunode.nvidia_packages",
          "not a Debian package name"),
         ({"memlock": 1 << 60}, "gpunode.memlock", "above 2**50"),
+        ({"gpu_power_limit": "min"}, "gpunode.gpu_power_limit", "not a power limit"),
+        ({"gpu_power_limit": 0}, "gpunode.gpu_power_limit", "not a power limit"),
+        ({"gpu_power_limit": "300; reboot"}, "gpunode.gpu_power_limit", "not a power limit"),
+        ({"gpu_power_limit": {"x": 300}}, "gpunode.gpu_power_limit", "not a GPU index"),
+        ({"gpu_power_limit": {64: 300}}, "gpunode.gpu_power_limit", "not a GPU index"),
+        ({"nvidia_kernel_modules": "free"}, "gpunode.nvidia_kernel_modules", "'auto'"),
+        ({"pcie_acs_redirect": "disable"}, "gpunode.pcie_acs_redirect", "'keep' or 'off'"),
+        ({"nvidia_packages": ["nvidia-open; rm"]}, "gpunode.nvidia_packages",
+         "not a Debian package name"),
     ],
 )
 def test_bad_input_names_host_field_and_fix(data, field, fragment):

@@ -12,6 +12,7 @@ applicable or not present here.
 
 from __future__ import annotations
 
+from gpunode.roles.audit.bandwidth_checks import check_measured_bandwidth
 from gpunode.roles.audit.gpu_checks import (
     check_acs,
     check_gpu_inventory,
@@ -222,6 +223,7 @@ def audit_checks(
         *check_max_payload(snap),
         *check_acs(profile, snap),
         *check_p2p_paths(profile, snap),
+        *check_measured_bandwidth(snap),
         *check_rebar(snap),
         *check_gpu_state(snap),
         *check_persistence(profile, snap),

@@ -20,7 +20,12 @@ from gpunode.roles.audit.gpu_checks import lspci_gpus, smi_gpus
 from gpunode.roles.audit.snapshot import NodeSnapshot
 from gpunode.roles.facts.gpu_topology import CPU_PATHS, P2P_OK, pair_key
 from gpunode.roles.facts.pcie import PcieDevice
-from gpunode.roles.ops.pcie import ACS_SETPCI_ARGUMENT, acs_redirecting, selected_devices
+from gpunode.roles.ops.pcie import (
+    ACS_P2P_BITS,
+    ACS_SETPCI_ARGUMENT,
+    acs_redirecting,
+    selected_devices,
+)
 from gpunode.roles.profile.check import DEPLOY_FIX, Check, not_applicable, ok
 from gpunode.roles.profile.node import NodeProfile
 
@@ -56,8 +61,9 @@ class PairPath:
         self.below = below_a + below_b
         self.through_cpu = self.known and not common
         self.same_root_bus = _root_bus(path_a) == _root_bus(path_b)
-        self.redirecting = {bdf: acs_redirecting(devices[bdf]) for bdf in self.below
-                            if bdf in devices and acs_redirecting(devices[bdf])}
+        self.redirecting = {bdf: acs_redirecting(devices[bdf], ACS_P2P_BITS)
+                            for bdf in self.below
+                            if bdf in devices and acs_redirecting(devices[bdf], ACS_P2P_BITS)}
 
     def describe(self) -> str:
         if not self.known:

@@ -268,3 +268,24 @@ def write_reports(host: str, checks: list[Check], formats: Iterable[str],
         path.write_text(render_markdown(host, checks), encoding="utf-8")
         written.append(path)
     return written
+
+
+ACTIVE_ON = frozenset({"1", "true", "yes", "on"})
+ACTIVE_OFF = frozenset({"", "0", "false", "no", "off"})
+ACTIVE_TIMEOUT_S = 120
+
+
+def active_timeout(active: object, timeout: object) -> int | None:
+    """`--data gpunode_audit_active=1 [gpunode_audit_active_timeout=S]` -> seconds per
+    bandwidth test, None when the active mode is off; ValueError otherwise."""
+    flag = "" if active is None else str(active).strip().lower()
+    if flag in ACTIVE_OFF:
+        return None
+    if flag not in ACTIVE_ON:
+        raise ValueError(f"gpunode_audit_active={active!r}: use 1 (on) or 0 (off)")
+    if timeout is None or str(timeout).strip() == "":
+        return ACTIVE_TIMEOUT_S
+    text = str(timeout).strip()
+    if not re.match(r"^[0-9]{2,4}$", text) or not 10 <= int(text) <= 3600:
+        raise ValueError(f"gpunode_audit_active_timeout={timeout!r}: give seconds, 10..3600")
+    return int(text)

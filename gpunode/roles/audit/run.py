@@ -65,18 +65,20 @@ def report_node(
 
 
 @operation(is_idempotent=True)
-def audit_node(profile: NodeProfile, formats: tuple[str, ...] = (), report_dir: str = "reports"):
+def audit_node(profile: NodeProfile, formats: tuple[str, ...] = (), report_dir: str = "reports",
+               active_timeout_s: int | None = None):
     """
     Read the live node and report it against the profile (changes nothing on the node).
 
     + profile: the host's NodeProfile
     + formats: report files to write locally: ("json",), ("md",), both or none
     + report_dir: local folder for <host>.json / <host>.md
+    + active_timeout_s: active mode: run the bandwidth tests present, each bounded by it
     """
     reports = _reports()
     checks = reports.get(host.name)
     if checks is None:
-        checks = audit_checks(profile, gather_snapshot(profile))
+        checks = audit_checks(profile, gather_snapshot(profile, active_timeout_s))
         reports[host.name] = checks
         report_node(host.name, checks, formats, report_dir)
     if in_execute_stage() and open_count(checks):

@@ -19,6 +19,7 @@ from gpunode.roles.audit.facts import (
     NvlinkGpu,
     UnitState,
 )
+from gpunode.roles.facts.bandwidth import BandwidthResults, BandwidthTests
 from gpunode.roles.facts.bundle import FactRead
 from gpunode.roles.facts.cache import cached_read
 from gpunode.roles.facts.cmdline import CmdlineState, KernelCmdline
@@ -65,6 +66,8 @@ class NodeSnapshot(BaseModel):
     pve: PveVersion | None = None
     boot_pinned: str | None = None
     """proxmox-boot-tool's pinned kernel."""
+    bandwidth: BandwidthResults | None = None
+    """Measured by the audit's active mode (None: not measured)."""
     containers: list[ContainerState] | None = None
     """None where pct is missing (not Proxmox) or the audit fields were not read."""
 
@@ -107,10 +110,13 @@ def snapshot_reads(profile: NodeProfile) -> dict[str, FactRead]:
 AUDIT_READ = FactRead(AuditFacts)
 
 
-def gather_snapshot(profile: NodeProfile) -> NodeSnapshot:
+def gather_snapshot(profile: NodeProfile, active_timeout_s: int | None = None) -> NodeSnapshot:
     """Read the live node through the facts (the current pyinfra host): six read-only
     commands (cmdline, CPU, kernel parameters, lspci, MaxReadReq refusals, AuditFacts), or
-    none when a prefetch (gpunode.roles.facts.cache.prefetch) already read them."""
+    none when a prefetch (gpunode.roles.facts.cache.prefetch) already read them.
+
+    With `active_timeout_s` (the audit's active mode only) it also runs the bandwidth tests
+    present on the node (BandwidthTests), each bounded by that many seconds."""
     live = {name: cached_read(read) for name, read in snapshot_reads(profile).items()}
     snap = NodeSnapshot(
         cmdline=as_model(CmdlineState, live["cmdline"]),
@@ -119,4 +125,8 @@ def gather_snapshot(profile: NodeProfile) -> NodeSnapshot:
         pcie=as_models(PcieDevice, live["pcie"]),
         mrrs_refused=dict(live["mrrs_refused"] or {}),
     )
-    return with_extras(snap, as_model(AuditExtras, cached_read(AUDIT_READ)))
+    snap = with_extras(snap, as_model(AuditExtras, cached_read(AUDIT_READ)))
+    if active_timeout_s is None:
+        return snap
+    measured = cached_read(FactRead(BandwidthTests, {"timeout_s": int(active_timeout_s)}))
+    return snap.model_copy(update={"bandwidth": as_model(BandwidthResults, measured)})

@@ -120,12 +120,14 @@ ACS_BITS = {"SrcValid": 0x01, "TransBlk": 0x02, "ReqRedir": 0x04, "CmpltRedir": 
             "UpstreamFwd": 0x10, "EgressCtrl": 0x20, "DirectTrans": 0x40}
 ACS_REDIRECT_BITS = ("SrcValid", "ReqRedir", "CmpltRedir", "UpstreamFwd", "EgressCtrl")
 ACS_REDIRECT_MASK = sum(ACS_BITS[name] for name in ACS_REDIRECT_BITS)
+ACS_P2P_BITS = ("ReqRedir", "CmpltRedir", "EgressCtrl")
+"""The bits that divert or block peer traffic (what the audit reports)."""
 ACS_SETPCI_ARGUMENT = f"ECAP_ACS+0x6.w=0000:{ACS_REDIRECT_MASK:04x}"
 
 
-def acs_redirecting(device: PcieDevice) -> list[str]:
-    """The redirect bits set in a device's ACSCtl ([] without an ACS capability)."""
-    return [b for b in ACS_REDIRECT_BITS if (device.acs_ctl or {}).get(b)]
+def acs_redirecting(device: PcieDevice, bits: tuple[str, ...] = ACS_REDIRECT_BITS) -> list[str]:
+    """The given ACSCtl bits set on a device ([] without an ACS capability)."""
+    return [b for b in bits if (device.acs_ctl or {}).get(b)]
 
 
 def bridges_above(devices: list[PcieDevice], paths: dict[str, list[str]],

@@ -139,3 +139,20 @@ def test_write_reports(tmp_path, bad):
     assert write_reports("h", bad, (), tmp_path / "none") == []
     assert not (tmp_path / "none").exists()
     assert report_stem("gpu01.example.org") == "gpu01.example.org"
+
+
+@pytest.mark.parametrize(("active", "timeout", "expected"), [
+    (None, None, None), ("0", None, None), ("1", None, 120), ("true", "300", 300),
+    (1, 10, 10),
+])
+def test_active_mode_option(active, timeout, expected):
+    from gpunode.roles.audit.report import active_timeout
+    assert active_timeout(active, timeout) == expected
+
+
+@pytest.mark.parametrize(("active", "timeout"), [("maybe", None), ("1", "5"), ("1", "1h"),
+                                                 ("1", "99999")])
+def test_active_mode_option_refused(active, timeout):
+    from gpunode.roles.audit.report import active_timeout
+    with pytest.raises(ValueError):
+        active_timeout(active, timeout)

@@ -141,3 +141,34 @@ def test_installed_flavour_differs_from_the_loaded_one_waits_for_a_reboot():
     (check,) = check_module_flavour(NodeProfile(), bare(**smi(A100_XML), **loaded(PROPRIETARY_550),
                                                        module_installed_flavour="open"))
     assert check.status == "P1" and check.pending == "reboot"
+
+
+# --- measured bandwidth (active mode) ---------------------------------------------------------
+
+
+def test_measured_bandwidth_against_the_links():
+    from gpunode.roles.audit.bandwidth_checks import check_measured_bandwidth
+    from gpunode.roles.facts.bandwidth import BandwidthResults, parse_nccl_perf, parse_p2p_bandwidth
+
+    assert check_measured_bandwidth(bare()) == []  # active mode off: no rows
+    (none,) = check_measured_bandwidth(bare(bandwidth=BandwidthResults()))
+    assert none.status == "n/a" and "p2pBandwidthLatencyTest" in none.live
+    # Eight idle RTX 6000 Ada links (LnkSta 2.5GT/s downgraded -> LnkCap 16GT/s x16).
+    (gpu,) = lspci(ESC8000A)
+    gpus = [gpu.model_copy(update={"bdf": f"0000:{b:02x}:00.0"}) for b in range(1, 9)]
+    off = BandwidthResults(ran=["p2pBandwidthLatencyTest", "all_reduce_perf"],
+                           p2p=parse_p2p_bandwidth(read("bandwidth/p2pBandwidthLatencyTest_"
+                                                        "8x4090_p2p_off.txt")),
+                           all_reduce=parse_nccl_perf(read("bandwidth/all_reduce_perf_8x4090_"
+                                                           "p2p_off.txt")))
+    checks = by_name(check_measured_bandwidth(bare(pcie=gpus, bandwidth=off)))
+    pair = checks["GPU0-GPU1 P2P bandwidth"]
+    assert pair.status == "P2" and "no P2P" in pair.note
+    assert pair.live.startswith("18.83 GB/s unidirectional, 20.86 GB/s bidirectional (PCIe link "
+                                "31.51 GB/s per direction: 60%)")
+    ring = checks["NCCL all-reduce bus bandwidth"]
+    assert ring.status == "P2" and "(slowest GPU link 31.51 GB/s: 48%)" in ring.live
+    on = off.model_copy(update={"p2p": parse_p2p_bandwidth(read(
+        "bandwidth/p2pBandwidthLatencyTest_8x4090_p2p_on.txt"))})
+    assert by_name(check_measured_bandwidth(bare(pcie=gpus, bandwidth=on)))[
+        "GPU0-GPU1 P2P bandwidth"].status == "ok"
