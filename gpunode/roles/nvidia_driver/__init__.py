@@ -35,6 +35,7 @@ from gpunode.roles.facts.nvidia_modules import (
 from gpunode.roles.facts.owned import OwnedFiles
 from gpunode.roles.facts.pcie import PcieDevice, PcieDevices
 from gpunode.roles.facts.sections import as_model, as_models, fact_data
+from gpunode.roles.nvidia_driver.packages import driver_release_packages
 from gpunode.roles.ops.apt import apt_hold
 from gpunode.roles.ops.nvidia_pin import NVIDIA_PATTERNS, PREFERENCES_FILE, nvidia_pin
 from gpunode.roles.ops.shell import argv_text
@@ -59,20 +60,30 @@ class DriverPlan(BaseModel):
         return bool(self.installed) and self.installed_versions == {self.wanted}
 
     @property
+    def none_installed(self) -> bool:
+        return not self.installed
+
+    @property
     def loaded_differs(self) -> bool:
         return self.loaded is not None and self.loaded != self.wanted
 
     def mismatch(self) -> str | None:
         if self.matches and not self.loaded_differs:
             return None
-        installed = ", ".join(sorted(self.installed_versions)) or "none"
+        if self.none_installed:
+            return (f"NVIDIA driver {self.wanted} wanted; no NVIDIA driver package is "
+                    f"installed (none of nvidia-driver, cuda-drivers, libcuda1, "
+                    f"libnvidia-*); loaded: {self.loaded or 'none'}")
+        installed = ", ".join(sorted(self.installed_versions))
         return (f"NVIDIA driver {self.wanted} wanted; installed: {installed}; "
                 f"loaded: {self.loaded or 'none'}")
 
 
 def driver_plan(wanted: str) -> DriverPlan:
-    installed = cached_fact(InstalledPackages, patterns=NVIDIA_PATTERNS)
-    return DriverPlan(wanted=wanted, installed=dict(fact_data(installed)),
+    """The driver release's packages only: the container and CUDA toolkits, Debian's helper
+    packages and other NVIDIA tools have versions of their own (see packages.py)."""
+    installed = fact_data(cached_fact(InstalledPackages, patterns=NVIDIA_PATTERNS))
+    return DriverPlan(wanted=wanted, installed=driver_release_packages(installed),
                       loaded=cached_fact(NvidiaDriverVersion))
 
 
@@ -121,8 +132,9 @@ def nvidia_driver(profile: NodeProfile) -> None:
                      packages=sorted(set(packages)), held=False)
             server.shell(
                 name=f"Install the {wanted} NVIDIA kernel modules ({' '.join(packages)})",
-                commands=["apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install "
-                          "-y " + " ".join(f"{p}{version}" for p in packages)],
+                commands=["apt-get update -q && DEBIAN_FRONTEND=noninteractive "
+                          + argv_text("apt-get", "install", "-y",
+                                      *(f"{p}{version}" for p in packages))],
             )
         else:
             logger.warning(f"{host.name}: NVIDIA kernel modules are {have}, {wanted} wanted "
@@ -149,6 +161,16 @@ def nvidia_driver(profile: NodeProfile) -> None:
         )
         apt_hold(name=f"Hold NVIDIA driver {plan.wanted} packages", packages=packages)
     if mismatch:
-        action = "changing it" if profile.nvidia_driver_change else (
-            "set nvidia_driver_change: true to install it")
-        logger.warning(f"{host.name}: {mismatch}; {action}")
+        logger.warning(f"{host.name}: {mismatch}; {mismatch_action(profile, plan, wanted)}")
+
+
+def mismatch_action(profile: NodeProfile, plan: DriverPlan, wanted: Flavour | None) -> str:
+    """What this run does about a driver that is not the pinned one, or what to set."""
+    packages = " ".join(packages_to_install(profile, wanted))
+    if profile.nvidia_driver_change:
+        return f"installing {packages} at {plan.wanted}" if plan.none_installed else "changing it"
+    if plan.none_installed:
+        return (f"set nvidia_driver_change: true to let gpunode install {packages} at "
+                f"{plan.wanted} (nvidia_packages / nvidia_repository choose the packages), "
+                "or install the driver yourself")
+    return "set nvidia_driver_change: true to install it"
