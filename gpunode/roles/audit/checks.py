@@ -22,6 +22,7 @@ from gpunode.roles.audit.gpu_checks import (
     check_nvlink,
     check_pcie_links,
     check_rebar,
+    check_unreadable_pcie,
 )
 from gpunode.roles.audit.p2p_checks import check_p2p_paths
 from gpunode.roles.audit.runtime_checks import (
@@ -219,6 +220,7 @@ def audit_checks(
         *tuning_checks(profile, snap),
         *check_iommu(profile, snap),
         *check_gpu_inventory(snap),
+        *check_unreadable_pcie(snap),
         *check_pcie_links(snap),
         *check_max_payload(snap),
         *check_acs(profile, snap),

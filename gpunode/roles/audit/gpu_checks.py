@@ -34,6 +34,8 @@ NOT_READ = "not read (snapshot without the audit facts)"
 
 def is_nvidia_gpu(device: PcieDevice) -> bool:
     """An NVIDIA display/3D function; by name when lspci ran without -nn (no ids)."""
+    if device.unreadable:
+        return False
     if device.vendor_id:
         return device.vendor_id == "10de" and device.class_id.startswith("03")
     return device.name.startswith("NVIDIA") and device.class_name in GPU_CLASS_NAMES
@@ -151,6 +153,17 @@ def check_iommu(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
 
 def _gen(speed: str | None) -> int | None:
     return SPEED_GEN.get(speed or "")
+
+
+def check_unreadable_pcie(snap: NodeSnapshot) -> list[Check]:
+    """Each lspci block the parser could not read, with its BDF: never dropped unsaid."""
+    return [
+        Check(name=f"lspci {d.bdf}", status="P2", kind="lspci block",
+              live=f"block not readable ({d.unreadable})", want="a readable lspci block",
+              fix=f"run `lspci -vvv -nn -D -s {d.bdf}` as root and report the output with "
+              "the pciutils version; gpunode does not select or write this device")
+        for d in snap.pcie if d.unreadable
+    ]
 
 
 def check_pcie_links(snap: NodeSnapshot) -> list[Check]:

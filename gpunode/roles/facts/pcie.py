@@ -68,6 +68,9 @@ class PcieDevice(FactModel):
     """Current sizes from "Physical Resizable BAR" ("64GB"...), in BAR order; None without."""
     driver: str | None = None
     """Driver from the "Kernel driver in use" line."""
+    unreadable: str | None = None
+    """Why lspci's block for this BDF could not be read (nothing else about it is known: it
+    matches no selector and is never written); None for a parsed device."""
     numa_node: int | None = None
     iommu_group: int | None = None
     caps_access_denied: bool = False
@@ -271,11 +274,34 @@ def parse_lspci_vvv(text: str) -> list[PcieDevice]:
         try:
             values = _parse_header(header)
             values.update(_parse_body(body))
+            # lspci's own "!!! Unknown header type 7f": config space reads all ones (a
+            # device that stopped answering, a GPU fallen off the bus).
+            alarms = [line.strip()[4:] for line in body if line.strip().startswith("!!! ")]
+            if alarms:
+                values["unreadable"] = f"lspci: {alarms[0]}"
             devices.append(PcieDevice(**values))
-        except (ValueError, TypeError):
-            # A mangled block must not hide the rest of the machine.
-            continue
+        except (ValueError, TypeError) as exc:
+            # A mangled block must not hide the rest of the machine, nor vanish unsaid.
+            devices.append(_unreadable(header, exc))
     return devices
+
+
+def _unreadable(header: str, error: Exception) -> PcieDevice:
+    """A placeholder for a block the parser could not read: its BDF and why."""
+    match = _HEADER_RE.match(header)
+    bdf = normalize_bdf(match.group("bdf")) if match else header.split()[0]
+    why = f"{type(error).__name__}: {error}".splitlines()[0][:160]
+    return PcieDevice(bdf=bdf, vendor_id="", device_id="", class_id="",
+                      name=header.strip()[:160], unreadable=why)
+
+
+def unreadable_note(devices: list[PcieDevice]) -> str:
+    """'lspci block(s) gpunode could not read: BDF (why); ...' or ''."""
+    bad = [d for d in devices if d.unreadable]
+    if not bad:
+        return ""
+    listing = "; ".join(f"{d.bdf} ({d.unreadable})" for d in bad)
+    return f"lspci block(s) gpunode could not read, left alone: {listing}"
 
 
 def matches(

@@ -17,11 +17,12 @@ from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from gpunode.roles.audit.snapshot import snapshot_reads
 from gpunode.roles.facts.bundle import FactRead
-from gpunode.roles.facts.cache import cached_read
+from gpunode.roles.facts.cache import cached_fact, cached_read
 from gpunode.roles.facts.dpkg import InstalledPackages
 from gpunode.roles.facts.owned import OwnedFiles
-from gpunode.roles.facts.pcie import PciPaths
+from gpunode.roles.facts.pcie import PcieDevice, PcieDevices, PciPaths, unreadable_note
 from gpunode.roles.facts.pcie_refusals import REFUSED_DIR
+from gpunode.roles.facts.sections import as_models
 from gpunode.roles.ops import cpu, modules, pcie, sysctl
 from gpunode.roles.ops.apt import packages_present
 from gpunode.roles.ops.files import template_file
@@ -96,6 +97,9 @@ def tune_modules(profile: NodeProfile) -> None:
 
 @deploy("gpunode: PCIe, C-states and CPU frequency")
 def tune_devices_and_cpu(profile: NodeProfile) -> None:
+    unreadable = unreadable_note(as_models(PcieDevice, cached_fact(PcieDevices) or []))
+    if unreadable:
+        logger.warning(f"{host.name}: {unreadable}")
     pcie.max_read_request(
         name=f"Set PCIe MaxReadReq={profile.max_read_request} on matched devices",
         selector=profile.pcie_selector,

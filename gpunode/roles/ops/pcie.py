@@ -12,7 +12,13 @@ from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
 from gpunode.roles.facts.cache import cached_fact
-from gpunode.roles.facts.pcie import PcieDevice, PcieDevices, PciPaths, matches
+from gpunode.roles.facts.pcie import (
+    PcieDevice,
+    PcieDevices,
+    PciPaths,
+    matches,
+    unreadable_note,
+)
 from gpunode.roles.facts.pcie_refusals import REFUSED_DIR, MaxReadReqRefusals
 from gpunode.roles.facts.sections import as_models, fact_data
 from gpunode.roles.ops.changes import report_change
@@ -40,7 +46,9 @@ def selected_devices(devices: list[PcieDevice], selector: PcieSelector) -> list[
     return [
         d
         for d in devices
-        if d.has_pcie_cap and matches(d, selector.vendor, selector.device, selector.classes)
+        if d.has_pcie_cap
+        and not d.unreadable
+        and matches(d, selector.vendor, selector.device, selector.classes)
     ]
 
 
@@ -106,7 +114,8 @@ def max_read_request(selector: PcieSelector, size: int = 4096):
         note = f"MaxReadReq={size} on {matched} matched device(s)"
         if refusing:
             note = f"{refusal_note(refusing, size)}; nothing else to change"
-        host.noop(note)
+        unreadable = unreadable_note(devices)
+        host.noop(f"{note}; {unreadable}" if unreadable else note)
 
 
 # --- ACS redirect ------------------------------------------------------------------------

@@ -187,3 +187,47 @@ def test_fact_command_and_process():
     assert fact.default() == []
     lines = read("pcie/lspci_vvnn_g482z54_rtx3090.txt").splitlines()
     assert [d.bdf for d in fact.process(lines)][2] == "0000:41:00.0"
+
+
+def test_unreadable_block_is_kept_with_its_bdf_and_never_selected():
+    """A function whose config space reads all ones ('!!! Unknown header type 7f'): kept in
+    the list with its BDF and why, selected by no selector, reported by deploy and audit."""
+    from gpunode.roles.audit.gpu_checks import check_unreadable_pcie, is_nvidia_gpu
+    from gpunode.roles.facts.pcie import unreadable_note
+    from gpunode.roles.ops.pcie import selected_devices
+    from gpunode.roles.profile.node import PcieSelector
+
+    (dev,) = parse_lspci_vvv(read("pcie/lspci_vvvxnn_unknown_header_7f_navi10_bridge.txt"))
+    assert dev.bdf == "0000:01:00.0"
+    assert dev.unreadable == "lspci: Unknown header type 7f"
+    assert (dev.vendor_id, dev.class_id, dev.driver) == ("1002", "0604", "pcieport")
+    any_bridge = PcieSelector(vendor="1002", classes=["06"])
+    assert selected_devices([dev], any_bridge) == []
+    assert not is_nvidia_gpu(dev)
+    assert unreadable_note([dev]) == ("lspci block(s) gpunode could not read, left alone: "
+                                      "0000:01:00.0 (lspci: Unknown header type 7f)")
+
+    class Snap:
+        pcie = [dev]
+
+    (check,) = check_unreadable_pcie(Snap())  # type: ignore[arg-type]
+    assert check.name == "lspci 0000:01:00.0" and check.status == "P2"
+    assert "Unknown header type 7f" in check.live
+
+
+def test_a_block_the_parser_trips_on_is_reported_not_dropped(monkeypatch):
+    import gpunode.roles.facts.pcie as pcie
+
+    text = read("pcie/lspci_vvnn_g482z54_rtx3090.txt")
+    real = pcie._parse_body
+
+    def trips(lines):
+        if any("GA102" in line for line in lines) or not lines:
+            return real(lines)
+        raise ValueError("unexpected line")
+
+    monkeypatch.setattr(pcie, "_parse_body", trips)
+    devices = parse_lspci_vvv(text)
+    bad = [d for d in devices if d.unreadable]
+    assert bad and all(d.unreadable == "ValueError: unexpected line" for d in bad)
+    assert len(devices) == len(pcie._split_blocks(text))
