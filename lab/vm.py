@@ -1,4 +1,4 @@
-"""The lab VM: a Debian 12 guest under QEMU with 2 NUMA nodes and PCIe stand-ins for GPUs.
+"""The lab VM: a Debian 13 (or 12) guest under QEMU with 2 NUMA nodes and PCIe stand-ins for GPUs.
 
 Topology (q35): two e1000e endpoints (8086:10d3, class 0200, no netdev) stand in for GPUs, each
 behind its own pcie-root-port, and a virtio-net NIC (1af4:1041) behind a third one, on user-mode

@@ -1,4 +1,4 @@
-"""Lab tier fixtures: a real Debian 12 guest under QEMU (see lab/vm.py).
+"""Lab tier fixtures: a real Debian 13 or 12 guest under QEMU (lab/vm.py; GPUNODE_LAB_SUITE).
 
 `lab_vm` (session scope) builds or reuses the cached image, boots a fresh overlay in its own run
 dir, waits for SSH and yields the LabVM; GPUNODE_LAB_RUN_DIR points at that run dir meanwhile,
@@ -23,7 +23,7 @@ import pytest
 from lab.image import LabImageError, cache_dir, ensure_host_tools, ensure_image
 from lab.vm import RUN_DIR_ENV, LabNotRunning, LabVM
 
-BOOT_TIMEOUT_S = 420.0
+BOOT_TIMEOUT_S = 600.0
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
