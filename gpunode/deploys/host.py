@@ -3,8 +3,7 @@ driver, no reboot), then the read-back."""
 
 from pyinfra import host, state
 
-from gpunode.roles.audit.snapshot import snapshot_reads
-from gpunode.roles.audit.verify import verify_node
+from gpunode.roles.audit.verify import verify_node, verify_prefetch
 from gpunode.roles.facts.cache import prefetch
 from gpunode.roles.gpu_runtime import gpu_runtime, gpu_runtime_problems, gpu_runtime_reads
 from gpunode.roles.host_tuning import host_tuning, host_tuning_reads
@@ -16,7 +15,7 @@ def host_tuning_only() -> None:
     power limits; then verify."""
     profile = validate_hosts(state.inventory)[host.name]
     prefetch([*host_tuning_reads(profile), *gpu_runtime_reads(profile),
-              *snapshot_reads(profile).values()])  # + the verify's
+              *verify_prefetch(profile)])
     gpu_runtime_problems(host.name, profile)  # refuses before any change
 
     host_tuning(profile)

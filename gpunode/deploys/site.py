@@ -7,7 +7,7 @@ host is touched. The live state every role reads is gathered first, in one remot
 
 from pyinfra import host, state
 
-from gpunode.roles.audit.verify import verify_node
+from gpunode.roles.audit.verify import verify_node, verify_prefetch
 from gpunode.roles.facts.cache import prefetch
 from gpunode.roles.gpu_runtime import gpu_runtime, gpu_runtime_problems, gpu_runtime_reads
 from gpunode.roles.host_tuning import host_tuning, host_tuning_reads
@@ -21,7 +21,7 @@ def site() -> None:
     if allowed), verify."""
     profile = validate_hosts(state.inventory)[host.name]
     prefetch([*host_tuning_reads(profile), *gpu_runtime_reads(profile),
-              *nvidia_driver_reads(profile), *kernel_reads(profile)])
+              *nvidia_driver_reads(profile), *kernel_reads(profile), *verify_prefetch(profile)])
     gpu_runtime_problems(host.name, profile)  # refuses before any change
 
     host_tuning(profile)

@@ -13,7 +13,10 @@ pyproject.toml), so an upgrade that changes one fails there and not in a deploy:
   (``state.ops[host][op_hash].operation_meta``);
 - ``current_state`` / ``run_store``: the State of this run (``ctx_state``) and a dict kept on
   it, behind pyinfra's context proxy (``_get_module``);
-- ``StateCallback``: the base class of a state callback handler (``add_callback_handler``).
+- ``StateCallback``: the base class of a state callback handler (``add_callback_handler``);
+- ``current_op_hash``: the operation whose generator runs now (``Host.current_op_hash``);
+- ``checks_for_changes``: whether this run detects changes before executing (``--dry`` and
+  the interactive run) or executes at once (``-y``) (``State.check_for_changes``).
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ from typing import Any
 
 from pyinfra import state as _state_proxy
 from pyinfra.api.state import BaseStateCallback, State, StateStage
-from pyinfra.context import ctx_state
+from pyinfra.context import ctx_host, ctx_state
 
 __all__ = [
     "StateCallback",
+    "checks_for_changes",
+    "current_op_hash",
     "current_state",
     "in_execute_stage",
     "inner_commands",
@@ -64,6 +69,18 @@ def operation_changed(state: Any, host: Any, op_hash: str) -> bool:
         return not meta.is_complete() or bool(meta.did_change())
     except Exception:  # noqa: BLE001 - unknown shape: assume it changed
         return True
+
+
+def current_op_hash() -> str | None:
+    """The hash of the operation whose generator runs on the current host (None outside)."""
+    return getattr(ctx_host.get(), "current_op_hash", None) if ctx_host.isset() else None
+
+
+def checks_for_changes() -> bool:
+    """True when the run detects changes first (--dry, the interactive run); False with -y,
+    where each operation is evaluated only when it executes."""
+    state = current_state()
+    return bool(getattr(state, "check_for_changes", True)) if state is not None else True
 
 
 def current_state() -> State | None:

@@ -6,6 +6,8 @@ fact on the same host: the prefetch must change how many commands run, never wha
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from pyinfra.api import Config, FactBase, Inventory, State
 from pyinfra.api.connect import connect_all
@@ -14,11 +16,21 @@ from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts.files import Directory, Sha1File
 from pyinfra.facts.server import Hostname
 
+from gpunode.roles.audit.facts import AuditFacts
+from gpunode.roles.facts.apt import AptHolds
 from gpunode.roles.facts.bundle import FactBundle, FactRead
-from gpunode.roles.facts.cache import cache_for, cached_fact, cached_read, prefetch
+from gpunode.roles.facts.cache import (
+    FactChange,
+    _kwargs_match,
+    cache_for,
+    cached_fact,
+    cached_read,
+    prefetch,
+)
 from gpunode.roles.facts.cpu import CpuPower
 from gpunode.roles.facts.dpkg import InstalledPackages
 from gpunode.roles.facts.kernel_params import KernelParams
+from gpunode.roles.facts.kernels import InstalledKernels
 from tests.lab.pyinfra_cli import run_pyinfra
 
 
@@ -188,3 +200,94 @@ def test_a_dry_run_reads_the_node_in_one_command(deploy):
     loaded = run.loaded_facts()
     assert loaded[0] == "gpunode.roles.facts.bundle.FactBundle", loaded
     assert set(loaded[1:]) <= {"deb.DebPackages"}, loaded
+
+
+class _Meta:
+    """An operation's meta as the cache asks it: finished, changed or not."""
+
+    def __init__(self, changed: bool) -> None:
+        self.changed = changed
+
+    def is_complete(self) -> bool:
+        return True
+
+    def did_change(self) -> bool:
+        return self.changed
+
+
+def _operation_ran(host, op_hash: str, *changes_: FactChange, changed: bool = True) -> None:
+    """What pyinfra's callbacks and the operation's changes() calls leave in the cache."""
+    state = ctx_state.get()
+    cache = cache_for(state)
+    for change in changes_:
+        cache.declare(host.name, op_hash, change)
+    ops = SimpleNamespace(ops={host: {op_hash: SimpleNamespace(operation_meta=_Meta(changed))}})
+    cache.operation_host_success(ops, host, op_hash)
+
+
+def test_an_operation_drops_only_what_it_declared(local, tmp_path):
+    state, host, calls = local
+    a, b = str(tmp_path / "a.conf"), str(tmp_path / "b.conf")
+    reads = [FactRead(Hostname), FactRead(Sha1File, {"path": a}), FactRead(Sha1File, {"path": b})]
+    assert prefetch(reads) == 3 and len(calls) == 1
+    _operation_ran(host, "write-a", FactChange(Sha1File, path=a))
+    for read in reads:
+        cached_read(read)
+    assert len(calls) == 2  # only a.conf's sha1 read again
+    _operation_ran(host, "no-change", FactChange(Hostname), changed=False)
+    cached_read(reads[0])
+    assert len(calls) == 2
+
+
+def test_an_operation_that_declares_nothing_drops_every_value(local):
+    state, host, calls = local
+    reads = [FactRead(Hostname), FactRead(CpuPower)]
+    prefetch(reads)
+    _operation_ran(host, "apt-install")
+    for read in reads:
+        cached_read(read)
+    assert len(calls) == 3
+
+
+def test_narrow_reads_in_a_prefetch_outlive_a_change_to_another_part(local):
+    """One section for CpuPower and one for KernelParams answer the operations' narrower
+    reads; writing the cpuidle states leaves the governors cached, a sysctl write the
+    modules, and the whole reads (the verify's) are read again."""
+    state, host, calls = local
+    kernel = FactRead(KernelParams, {"sysctl_keys": ["vm.swappiness"], "modules": ["loop"]})
+    sysctls = FactRead(KernelParams, {"sysctl_keys": ["vm.swappiness"], "modules": []})
+    modules = FactRead(KernelParams, {"sysctl_keys": [], "modules": ["loop"]})
+    cpu, idle, freq = (FactRead(CpuPower), FactRead(CpuPower, part="cpuidle"),
+                       FactRead(CpuPower, part="cpufreq"))
+    reads = [kernel, sysctls, modules, cpu, idle, freq]
+    assert prefetch(reads) == 6
+    sections = calls[0][0].get_raw_value().split("@@gpunode-bundle:")
+    assert sum("cpuidle/state" in section for section in sections) == 1  # one CpuPower read
+    _operation_ran(host, "cstate", FactChange(CpuPower, part="cpuidle"))
+    _operation_ran(host, "sysctl", FactChange(KernelParams, sysctl_keys=["vm.swappiness"]))
+    cached_read(freq), cached_read(modules)
+    assert len(calls) == 1
+    cached_read(idle)
+    cached_read(sysctls)
+    assert len(calls) == 3
+    assert prefetch(reads) == 2  # the verify's whole reads, in one command
+    assert len(calls) == 4
+
+
+def test_a_composite_fact_is_dropped_with_a_fact_it_includes():
+    holds = FactChange(AptHolds)
+    assert holds.touches(FactRead(InstalledKernels))
+    assert holds.touches(FactRead(AuditFacts))
+    assert not holds.touches(FactRead(CpuPower))
+
+
+@pytest.mark.parametrize(("cached", "where", "touched"), [
+    ({"path": "/a"}, {"path": "/a"}, True),
+    ({"path": "/a"}, {"path": "/b"}, False),
+    ({"sysctl_keys": ["x", "y"], "modules": []}, {"sysctl_keys": ["y"]}, True),
+    ({"sysctl_keys": [], "modules": ["loop"]}, {"sysctl_keys": ["y"]}, False),
+    ({"services": ["u"]}, {}, True),
+    ({}, {"path": "/a"}, True),
+])
+def test_which_reads_a_change_touches(cached, where, touched):
+    assert _kwargs_match(cached, where) is touched

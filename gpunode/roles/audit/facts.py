@@ -34,10 +34,12 @@ import xml.etree.ElementTree as ET
 from pydantic import BaseModel, ConfigDict, Field
 from pyinfra.api import FactBase
 
-from gpunode.roles.facts.dpkg import parse_dpkg_query
+from gpunode.roles.facts.apt import AptHolds
+from gpunode.roles.facts.dpkg import InstalledPackages, parse_dpkg_query
 from gpunode.roles.facts.gpu_topology import GpuTopology, parse_gpu_topology
 from gpunode.roles.facts.kernels import InstalledKernels, KernelPackages, parse_installed_kernels
 from gpunode.roles.facts.nvidia import (
+    NvidiaDriverVersion,
     NvidiaSmiReport,
     nvidia_module_is_open,
     parse_nvidia_proc_version,
@@ -45,7 +47,13 @@ from gpunode.roles.facts.nvidia import (
 )
 from gpunode.roles.facts.nvidia_modules import flavour_of_license, parse_modinfo_license
 from gpunode.roles.facts.pcie import normalize_bdf, parse_pci_paths
-from gpunode.roles.facts.proxmox import PveVersion, parse_proxmox_kernel_list, parse_pveversion
+from gpunode.roles.facts.proxmox import (
+    ProxmoxBootTool,
+    PveVersion,
+    PveVersionFact,
+    parse_proxmox_kernel_list,
+    parse_pveversion,
+)
 from gpunode.roles.facts.sections import MARKER, section_command, split_sections
 from gpunode.roles.lxc_gpu.facts import parse_pct_list, parse_pve_lxc_config_fact
 from gpunode.roles.lxc_gpu.numa import GPU_NUMA_COMMAND, GpuNuma, local_cpuset, parse_gpu_numa
@@ -536,6 +544,11 @@ AUDIT_COMMAND = "; ".join(
 class AuditFacts(FactBase):
     """IOMMU, PCI topology, NVIDIA driver/GPUs/NVLink, kernels, Proxmox and its containers,
     read in one command (see the module docstring); parsed into AuditExtras."""
+
+    # What it reads that other facts read too: an operation that changes one of these
+    # changes this fact (gpunode.roles.facts.cache.FactChange).
+    includes = (AptHolds, InstalledKernels, InstalledPackages, NvidiaDriverVersion,
+                PveVersionFact, ProxmoxBootTool)
 
     @staticmethod
     def default() -> AuditExtras:

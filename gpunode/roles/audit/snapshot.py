@@ -110,6 +110,11 @@ def snapshot_reads(profile: NodeProfile) -> dict[str, FactRead]:
 AUDIT_READ = FactRead(AuditFacts)
 
 
+def verify_reads(profile: NodeProfile) -> list[FactRead]:
+    """Everything gather_snapshot reads (for prefetch)."""
+    return [*snapshot_reads(profile).values(), AUDIT_READ]
+
+
 def gather_snapshot(profile: NodeProfile, active_timeout_s: int | None = None) -> NodeSnapshot:
     """Read the live node through the facts (the current pyinfra host): six read-only
     commands (cmdline, CPU, kernel parameters, lspci, MaxReadReq refusals, AuditFacts), or

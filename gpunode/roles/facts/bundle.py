@@ -25,10 +25,16 @@ _LINE = re.compile(rf"^{BUNDLE_MARKER}:(\d+):(begin|end:(\d+))$")
 
 @dataclass(frozen=True)
 class FactRead:
-    """One fact read: the fact class and its arguments, as a cached_fact() call makes it."""
+    """One fact read: the fact class and its arguments, as a cached_fact() call makes it;
+    `part` names the fields its caller uses (the cache's key only: the command is the same)."""
 
     fact: type[FactBase]
     kwargs: dict[str, Any] = field(default_factory=dict)
+    part: str | None = None
+
+    def plain(self) -> FactRead:
+        """The same read without its part (what the remote command is for)."""
+        return self if self.part is None else FactRead(self.fact, self.kwargs)
 
     def key(self) -> str:
         """The arguments as the cache keys them (sorted JSON)."""
@@ -36,7 +42,8 @@ class FactRead:
 
     def __repr__(self) -> str:  # pyinfra prints the bundle's arguments in its fact log
         args = ", ".join(f"{k}={v!r}" for k, v in sorted(self.kwargs.items()))
-        return f"{self.fact.__name__}({args})"
+        part = f"[{self.part}]" if self.part else ""
+        return f"{self.fact.__name__}{part}({args})"
 
 
 @dataclass(frozen=True)

@@ -1,16 +1,20 @@
-"""Read each gpunode fact once per host until an operation changes that host.
+"""Read each gpunode fact once per host; read again only what an operation changed.
 
 pyinfra 3.10 runs a fact's command on every host.get_fact call, and evaluates every operation
 twice (change detection, then execution), so the same read would run many times per deploy.
-cached_fact() keeps one value per (host, fact, arguments) and drops a host's values as soon as
-an operation that changed something on it has finished (checked at the host's next read): reads
-stay as fresh as pyinfra's own. What change detection read stays true in the execute stage
-until an operation changes the host, so a converged host is read once per run.
+cached_fact() keeps one value per (host, fact, arguments, part). When an operation has changed a
+host (checked at the host's next read), the values it changed are dropped: those it declared
+with changes_fact() while it ran, or every value of the host when it declared nothing (pyinfra's own
+operations, a reboot, a package install). Reads stay as fresh as pyinfra's own; what no
+operation touched is not read again, so a converged host is read once per run.
 
-prefetch() fills the cache for many reads with one remote command (gpunode.roles.facts.bundle); a
-fact class may say, with `answers(cached_kwargs, wanted_kwargs)`, that a read with wider
+prefetch() fills the cache for many reads with one remote command (gpunode.roles.facts.bundle).
+A fact class may say, with `answers(cached_kwargs, wanted_kwargs)`, that a read with wider
 arguments answers a narrower one (KernelParams of all the profile's sysctls and modules
-answers the sysctl operation's and the module operation's reads).
+answers the sysctl operation's and the module operation's reads); a read with a `part` (a name
+for the fields an operation uses, as CpuPower's "cpuidle" and "cpufreq") is answered by the
+whole read. Narrow reads in a prefetch are stored from the wide one without a section of their
+own, so a change to one part leaves the other parts cached.
 """
 
 from __future__ import annotations
@@ -22,36 +26,99 @@ from typing import Any
 from pyinfra import host as current_host
 
 from gpunode.roles.facts.bundle import FactBundle, FactRead, bundle_values, bundleable
-from gpunode.roles.pyinfra_adapter import StateCallback, current_state, operation_changed
+from gpunode.roles.pyinfra_adapter import (
+    StateCallback,
+    current_op_hash,
+    current_state,
+    operation_changed,
+)
 
 _CACHE_ATTRIBUTE = "_gpunode_fact_cache"
 
+Entry = tuple[FactRead, Any]
+
+
+def _kwargs_match(cached: dict[str, Any], where: dict[str, Any]) -> bool:
+    """Does a change limited to `where` (argument -> value or list) touch a read of `cached`?
+    Lists touch lists they share an item with, scalars equal ones; an argument the cached
+    read lacks (it reads everything along it) is touched."""
+    for name, value in where.items():
+        if name not in cached:
+            continue
+        mine = cached[name]
+        mine_set = set(mine) if isinstance(mine, (list, tuple, set, frozenset)) else {mine}
+        theirs = set(value) if isinstance(value, (list, tuple, set, frozenset)) else {value}
+        if not mine_set & theirs:
+            return False
+    return True
+
+
+class FactChange:
+    """What one operation changed on a host: a fact, optionally one part, optionally only
+    the reads whose arguments meet `where` (see _kwargs_match)."""
+
+    __slots__ = ("fact", "part", "where")
+
+    def __init__(self, fact: type, part: str | None = None, **where: Any) -> None:
+        self.fact, self.part, self.where = fact, part, where
+
+    def touches(self, read: FactRead) -> bool:
+        """A fact that holds this one's data too (its `includes`) is touched whole."""
+        if self.fact in getattr(read.fact, "includes", ()):
+            return True
+        if read.fact is not self.fact:
+            return False
+        if self.part is not None and read.part is not None and read.part != self.part:
+            return False
+        return _kwargs_match(read.kwargs, self.where)
+
+    def __repr__(self) -> str:
+        return f"FactChange({self.fact.__name__}, part={self.part!r}, {self.where!r})"
+
 
 class FactCache(StateCallback):
-    """Per-state store of fact values, invalidated by changing operations."""
+    """Per-state store of fact values, by host; changing operations drop what they changed."""
 
     def __init__(self) -> None:
-        self.values: dict[tuple, Any] = {}
-        self.generation: dict[str, int] = defaultdict(int)
+        self.values: dict[str, dict[tuple, Entry]] = defaultdict(dict)
         self.misses = 0
         self.hits = 0
         self.bundled = 0
+        self.dropped = 0
         # pyinfra calls operation_host_success before it records the operation's commands
         # (OperationMeta.set_complete), so did_change() can't be asked there: remember the
         # operation and ask at the host's next fact read, when the answer is known.
         self.pending: dict[str, list[tuple]] = defaultdict(list)
+        # (host name, op hash) -> what the operation declared it changes (changes_fact()).
+        self.declared: dict[tuple[str, str], list[FactChange]] = defaultdict(list)
 
     def invalidate(self, host_name: str) -> None:
-        self.generation[host_name] += 1
+        """Forget every value of the host."""
         self.pending.pop(host_name, None)
-        self.values = {key: value for key, value in self.values.items() if key[0] != host_name}
+        self.dropped += len(self.values.pop(host_name, {}))
+
+    def drop(self, host_name: str, changes: list[FactChange]) -> None:
+        """Forget the host's values that these changes touch."""
+        values = self.values.get(host_name, {})
+        stale = [key for key, (read, _) in values.items()
+                 if any(change.touches(read) for change in changes)]
+        for key in stale:
+            del values[key]
+        self.dropped += len(stale)
 
     def settle(self, host_name: str) -> None:
-        """Invalidate the host if an operation that finished since the last read changed it."""
+        """Drop what the operations that finished since the host's last read changed."""
         for state, host, op_hash in self.pending.pop(host_name, []):
-            if operation_changed(state, host, op_hash):
+            if not operation_changed(state, host, op_hash):
+                continue
+            declared = self.declared.get((host_name, op_hash))
+            if not declared:
                 self.invalidate(host_name)
                 return
+            self.drop(host_name, declared)
+
+    def declare(self, host_name: str, op_hash: str, change: FactChange) -> None:
+        self.declared[(host_name, op_hash)].append(change)
 
     def operation_host_success(self, state, host, op_hash, retry_count: int = 0) -> None:
         self.pending[host.name].append((state, host, op_hash))
@@ -70,8 +137,8 @@ def cache_for(state) -> FactCache | None:
     return cache
 
 
-def _key(host_name: str, generation: int, read: FactRead) -> tuple:
-    return (host_name, generation, read.fact, read.key())
+def _key(read: FactRead) -> tuple:
+    return (read.fact, read.key(), read.part)
 
 
 def _current_cache() -> FactCache | None:
@@ -79,65 +146,93 @@ def _current_cache() -> FactCache | None:
     return cache_for(state) if state is not None else None
 
 
-def _answering_value(cache: FactCache, host_name: str, read: FactRead) -> tuple[bool, Any]:
+def answers(wide: FactRead, narrow: FactRead) -> bool:
+    """Does the value of `wide` hold everything `narrow` asks for?"""
+    if wide.fact is not narrow.fact or (wide.part is not None and wide.part != narrow.part):
+        return False
+    if wide.kwargs == narrow.kwargs:
+        return True
+    check = getattr(wide.fact, "answers", None)
+    return bool(check and check(json.loads(wide.key()), narrow.kwargs))
+
+
+def _answering_value(values: dict[tuple, Entry], read: FactRead) -> tuple[bool, Any]:
     """A cached value of a wider read of the same fact that answers this one, if any."""
-    answers = getattr(read.fact, "answers", None)
-    if answers is None:
-        return False, None
-    generation = cache.generation[host_name]
-    for (name, gen, fact_cls, key), value in cache.values.items():
-        if (name, gen, fact_cls) == (host_name, generation, read.fact) and answers(
-            json.loads(key), read.kwargs
-        ):
+    for cached, value in values.values():
+        if cached is not read and answers(cached, read):
             return True, value
     return False, None
 
 
-def cached_fact(fact_cls: type, **kwargs: Any) -> Any:
-    """host.get_fact(fact_cls, **kwargs), read once per host until that host changes."""
+def changes_fact(fact_cls: type, part: str | None = None, **where: Any) -> None:
+    """Declare, from inside an operation, that its commands change this fact on the current
+    host (a part of it, or the reads whose arguments meet `where`): when it has run, those
+    values are read again and the others stay cached. Declare everything the commands can
+    change; an operation that declares nothing drops every value of the host."""
+    cache = _current_cache()
+    op_hash = current_op_hash() if cache is not None else None
+    if cache is not None and op_hash:
+        cache.declare(current_host.name, op_hash, FactChange(fact_cls, part, **where))
+
+
+def cached_fact(fact_cls: type, part: str | None = None, **kwargs: Any) -> Any:
+    """host.get_fact(fact_cls, **kwargs), read once per host until an operation changes it.
+    `part` names the fields the caller uses (see FactChange); the read is the same."""
     cache = _current_cache()
     if cache is None:
         return current_host.get_fact(fact_cls, **kwargs)
-    name, read = current_host.name, FactRead(fact_cls, kwargs)
+    name, read = current_host.name, FactRead(fact_cls, kwargs, part)
     cache.settle(name)
-    key = _key(name, cache.generation[name], read)
-    if key in cache.values:
+    values = cache.values[name]
+    key = _key(read)
+    if key in values:
         cache.hits += 1
-        return cache.values[key]
-    found, value = _answering_value(cache, name, read)
+        return values[key][1]
+    found, value = _answering_value(values, read)
     if found:
         cache.hits += 1
     else:
         cache.misses += 1
         value = current_host.get_fact(fact_cls, **kwargs)
-    cache.values[key] = value
+    values[key] = (read, value)
     return value
 
 
 def cached_read(read: FactRead) -> Any:
     """cached_fact() of a FactRead."""
-    return cached_fact(read.fact, **read.kwargs)
+    return cached_fact(read.fact, read.part, **read.kwargs)
 
 
 def prefetch(reads: list[FactRead]) -> int:
     """Read the current host's uncached reads in one remote command; returns how many it
-    cached. Reads it could not answer (failed command, precondition) stay for their own read."""
+    cached. A read that another read of the list answers gets no section of its own; reads
+    the bundle could not answer (failed command, precondition) stay for their own read."""
     cache = _current_cache()
     if cache is None:
         return 0
     name = current_host.name
     cache.settle(name)
-    generation = cache.generation[name]
+    values = cache.values[name]
     todo: dict[tuple, FactRead] = {}
     for read in reads:
-        key = _key(name, generation, read)
-        if key not in cache.values and bundleable(read):
+        key = _key(read)
+        if key not in values and bundleable(read):
             todo.setdefault(key, read)
-    if len(todo) < 2:
+    answered = {key: next((wide for wide in todo.values()
+                           if wide is not read and answers(wide, read)), None)
+                for key, read in todo.items()}
+    own = {key: read for key, read in todo.items() if answered[key] is None}
+    if len(own) < 2:
         return 0
-    keys, bundled = list(todo), list(todo.values())
-    values = bundle_values(bundled, current_host.get_fact(FactBundle, reads=bundled) or [])
-    for index, value in values.items():
-        cache.values[keys[index]] = value
-    cache.bundled += len(values)
-    return len(values)
+    keys, bundled = list(own), [read.plain() for read in own.values()]
+    results = bundle_values(bundled, current_host.get_fact(FactBundle, reads=bundled) or [])
+    by_read = {}
+    for index, value in results.items():
+        values[keys[index]] = (own[keys[index]], value)
+        by_read[keys[index]] = value
+    for key, wide in answered.items():
+        if wide is not None and _key(wide) in by_read:
+            values[key] = (todo[key], by_read[_key(wide)])
+    stored = sum(key in values for key in todo)
+    cache.bundled += stored
+    return stored

@@ -27,6 +27,8 @@ import re
 from pydantic import Field
 from pyinfra.api import FactBase
 
+from gpunode.roles.facts.apt import AptHolds
+
 from .debversion import version_key
 from .sections import FactModel
 
@@ -176,6 +178,8 @@ def parse_installed_kernels(text: str) -> KernelPackages:
 
 class InstalledKernels(FactBase):
     """Running kernel, installed kernel packages and apt holds in one command."""
+
+    includes = (AptHolds,)  # a change to the holds changes this fact (facts.cache)
 
     @staticmethod
     def default() -> KernelPackages:

@@ -136,11 +136,14 @@ def booted_with_systemd() -> bool:
 
 def host_tuning_reads(profile: NodeProfile) -> list[FactRead]:
     """Every fact host_tuning reads, with the arguments its operations use (for prefetch).
-    KernelParams is read once for all sysctls and modules: it answers both operations."""
+    KernelParams is read once for all sysctls and modules, CpuPower once: those reads answer
+    the operations' narrower ones, which stay cached when another part changes."""
     tuning = snapshot_reads(profile)
     return [
         FactRead(InstalledPackages, {"patterns": sorted(PACKAGES)}),
-        tuning["kernel"], tuning["pcie"], tuning["mrrs_refused"], tuning["cpu"],
+        tuning["kernel"], sysctl.sysctl_read(profile.sysctls),
+        modules.modules_read(profile.modules),
+        tuning["pcie"], tuning["mrrs_refused"], tuning["cpu"], *cpu.CPU_READS,
         FactRead(PciPaths),
         SYSTEMD_BOOTED_READ,
         FactRead(SystemdStatus, {"services": [BOOT_UNIT]}),

@@ -128,7 +128,7 @@ def pending_reboot_reasons(plan: BootPlan, pin: KernelPin | None) -> list[str]:
 
 def kernel_reads(profile: NodeProfile) -> list[FactRead]:
     """Every fact kernel_boot reads (for prefetch): the pin's only when a pin is set."""
-    reads = [FactRead(CpuPower), FactRead(KernelCmdline)]
+    reads = [FactRead(CpuPower), FactRead(KernelCmdline)]  # the verify reads both too
     if profile.kernel_pin is not None:
         reads += [FactRead(InstalledKernels), FactRead(PveVersionFact),
                   FactRead(ProxmoxBootTool), FactRead(AptHolds)]

@@ -8,7 +8,7 @@ from pyinfra.api import operation
 from pyinfra.operations import apt
 
 from gpunode.roles.facts.apt import AptHolds
-from gpunode.roles.facts.cache import cached_fact
+from gpunode.roles.facts.cache import cached_fact, changes_fact
 from gpunode.roles.facts.dpkg import InstalledPackages
 from gpunode.roles.ops.changes import report_change
 from gpunode.roles.ops.shell import argv
@@ -31,6 +31,7 @@ def packages_present(packages: list[str]):
     if not missing:
         host.noop(f"{' '.join(packages)} installed")
         return
+    # declares no changes(): an install can change any fact (lspci, modinfo, ...)
     for package in missing:
         report_change(f"package {package}", "not installed", "installed", where="apt")
     yield from inner_commands(apt.packages, packages=missing)
@@ -50,6 +51,7 @@ def apt_hold(packages: list[str], held: bool = True):
         for package in todo:
             report_change(f"apt-mark {package}", "not held" if held else "held",
                           "held" if held else "not held")
+        changes_fact(AptHolds)
         yield argv("apt-mark", "hold" if held else "unhold", *todo)
     else:
         host.noop(f"{' '.join(packages)} already {'held' if held else 'not held'}")

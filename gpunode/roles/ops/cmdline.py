@@ -19,7 +19,7 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
 
-from gpunode.roles.facts.cache import cached_fact
+from gpunode.roles.facts.cache import cached_fact, changes_fact
 from gpunode.roles.facts.cmdline import (
     GRUB_CMDLINE_VAR,
     GRUB_DEFAULT_FILE,
@@ -34,7 +34,12 @@ from gpunode.roles.facts.cmdline import (
 )
 from gpunode.roles.facts.sections import as_model
 from gpunode.roles.ops.changes import report_change, shorten
-from gpunode.roles.ops.files import backup_command, keep_original_command, latest_backup
+from gpunode.roles.ops.files import (
+    backup_command,
+    joined_command,
+    keep_original_command,
+    latest_backup,
+)
 
 _GRUB_DEFAULT_LINE = re.compile(r"^[ \t]*GRUB_DEFAULT=.*$", re.MULTILINE)
 
@@ -50,20 +55,18 @@ def set_grub_default_entry(text: str, entry: str) -> str:
 
 
 def replace_with_rollback(dest: str, text: str, refresh: str) -> list[Any]:
-    """Keep the original, back up dest, rename the new text over it, refresh; on failure put
-    the backup back."""
+    """In one command keep the original and back up dest; upload; in one command rename the
+    new text over dest and refresh, on a failed refresh putting the backup back."""
     temp = f"{dest}.gpunode-new"
     q_dest, q_temp = shlex.quote(dest), shlex.quote(temp)
     return [
-        keep_original_command(dest),
-        backup_command(dest),
+        joined_command(keep_original_command(dest), backup_command(dest)),
         FileUploadCommand(StringIO(text), temp),
-        StringCommand(f"chown root:root {q_temp} && chmod 644 {q_temp}"),
-        StringCommand(f"mv -f {q_temp} {q_dest}"),
         StringCommand(
-            f"{refresh} || {{ cp -p {latest_backup(dest)} {q_dest}; "
+            f"chown root:root {q_temp} && chmod 644 {q_temp} && mv -f {q_temp} {q_dest} && "
+            f"{{ {refresh} || {{ cp -p {latest_backup(dest)} {q_dest}; "
             f"echo 'gpunode: {refresh.split()[0]} failed; {dest} restored from its backup' >&2; "
-            "exit 1; }"
+            "exit 1; }; }"
         ),
     ]
 
@@ -119,6 +122,7 @@ def kernel_cmdline(
     + grub_default_entry: GRUB menu entry to boot by default (kernel pin on GRUB hosts)
     """
     state = as_model(CmdlineState, cached_fact(KernelCmdline))
+    changes_fact(KernelCmdline)  # declared always: only a changing run's declaration counts
     if uses_systemd_boot(state, bootloader):
         if state.kernel_cmdline_text is None:
             raise OperationError(

@@ -9,11 +9,18 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
-from gpunode.roles.facts.cache import cached_fact
+from gpunode.roles.facts.bundle import FactRead
+from gpunode.roles.facts.cache import cached_fact, changes_fact
 from gpunode.roles.facts.cpu import CPU_SYSFS, CpuPower, CpuState, IdleState
 from gpunode.roles.facts.sections import as_model
 from gpunode.roles.ops.changes import report_change
 from gpunode.roles.ops.shell import script
+
+# The parts of CpuPower each operation reads and writes (gpunode.roles.facts.cache): writing the
+# cpuidle states leaves the governors read, and the other way round.
+CPUIDLE = "cpuidle"
+CPUFREQ = "cpufreq"
+CPU_READS = (FactRead(CpuPower, part=CPUIDLE), FactRead(CpuPower, part=CPUFREQ))
 
 
 def states_to_disable(states: list[IdleState], max_cstate: int) -> list[IdleState]:
@@ -65,8 +72,9 @@ def cstate_cap(max_cstate: int = 1):
 
     + max_cstate: deepest C-state kept enabled (1 = C1 and C1E)
     """
-    cpu = as_model(CpuState, cached_fact(CpuPower))
+    cpu = as_model(CpuState, cached_fact(CpuPower, part=CPUIDLE))
     deeper = states_to_disable(cpu.idle_states, max_cstate)
+    changes_fact(CpuPower, part=CPUIDLE)
     for index, cpus in sorted(cpus_by_state(deeper).items()):
         report_change(f"cpuidle state{index} disable on {len(cpus)} CPU(s)", "0", "1",
                       where="runtime; boot unit")
@@ -85,7 +93,8 @@ def cpu_governor(governor: str = "performance"):
 
     + governor: e.g. performance
     """
-    cpu = as_model(CpuState, cached_fact(CpuPower))
+    cpu = as_model(CpuState, cached_fact(CpuPower, part=CPUFREQ))
+    changes_fact(CpuPower, part=CPUFREQ)
     if not cpu.governors:
         host.noop("no cpufreq on this node (nothing to set)")
         return

@@ -7,7 +7,9 @@ the destination and is renamed over it. Before gpunode's first change of a path,
 was (or the fact that there was none) is kept under /var/lib/gpunode/originals/ and never
 rotated (undo puts it back); each later change keeps the replaced version under
 /var/lib/gpunode/backups/ (newest five). Mode and owner are checked too: a file whose content
-is right but whose mode or owner drifted is repaired with chmod/chown.
+is right but whose mode or owner drifted is repaired with chmod/chown. A write is two remote
+commands and the upload: the folder, the original and the backup before it; owner, mode,
+rename and the operation's `after` command after it.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, StringCommand, operation
 from pyinfra.facts.files import FileContents
+from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from gpunode.roles.facts.cache import cached_fact
+from gpunode.roles.facts.cache import cached_fact, changes_fact
+from gpunode.roles.facts.kernel_params import KernelParams
 from gpunode.roles.facts.owned import (
     ABSENT_SUFFIX,
     BACKUPS_KEPT,
@@ -52,6 +56,11 @@ def render_template(name: str, **variables: Any) -> str:
 
 def sha1_text(text: str) -> str:
     return hashlib.sha1(text.encode()).hexdigest()
+
+
+def joined_command(*commands: StringCommand) -> StringCommand:
+    """Commands that each must succeed, as one remote command."""
+    return StringCommand(" && ".join(f"{{ {c.get_raw_value()}; }}" for c in commands))
 
 
 def keep_original_command(dest: str) -> StringCommand:
@@ -83,20 +92,37 @@ def latest_backup(dest: str) -> str:
 
 
 def atomic_write_commands(text: str, dest: str, mode: str, after: str | None = None) -> list[Any]:
-    """Keep the original, back up the old file, upload beside dest, rename over it; `after`."""
+    """In one command the folder, the original kept, the old file backed up; the upload beside
+    dest; in one command owner, mode, the rename over dest and `after` (each step only when
+    the one before succeeded)."""
     temp = f"{dest}.gpunode-new"
     q_dest, q_temp = shlex.quote(dest), shlex.quote(temp)
-    commands: list[Any] = [
-        StringCommand(f"mkdir -p {shlex.quote(str(Path(dest).parent))}"),
-        keep_original_command(dest),
-        backup_command(dest),
+    finish = f"chown root:root {q_temp} && chmod {mode} {q_temp} && mv -f {q_temp} {q_dest}"
+    return [
+        joined_command(StringCommand(f"mkdir -p {shlex.quote(str(Path(dest).parent))}"),
+                keep_original_command(dest), backup_command(dest)),
         FileUploadCommand(StringIO(text), temp),
-        StringCommand(f"chown root:root {q_temp} && chmod {mode} {q_temp}"),
-        StringCommand(f"mv -f {q_temp} {q_dest}"),
+        StringCommand(finish + (f" && {after}" if after else "")),
     ]
-    if after:
-        commands.append(StringCommand(after))
-    return commands
+
+
+# What an `after` command changes besides the file (gpunode.roles.facts.cache): the unit
+# states systemd reports, and for a re-exec its defaults (DefaultLimitMEMLOCK, in KernelParams).
+AFTER_CHANGES: dict[str, tuple[type, ...]] = {
+    "systemctl daemon-reload": (SystemdStatus, SystemdEnabled),
+    "systemctl daemon-reexec": (SystemdStatus, SystemdEnabled, KernelParams),
+}
+
+
+def declare_changes(dest: str, after: str | None) -> None:
+    """The file's state, and what `after` changes; an unknown `after` declares nothing, so
+    every cached value of the host is read again."""
+    if after and after not in AFTER_CHANGES:
+        return
+    changes_fact(OwnedFiles, paths=[dest])
+    changes_fact(FileContents, path=dest)
+    for fact in AFTER_CHANGES.get(after or "", ()):
+        changes_fact(fact)
 
 
 def _report_content_change(dest: str, exists: bool, text: str) -> None:
@@ -119,6 +145,7 @@ def owned_file(dest: str, text: str, mode: str = "644", after: str | None = None
     + after: shell command run after a content change (e.g. `systemctl daemon-reload`)
     """
     current = file_state(cached_fact(OwnedFiles, paths=[dest]), dest)
+    declare_changes(dest, after)
     if current is None or current.sha1 != sha1_text(text):
         _report_content_change(dest, current is not None, text)
         yield from atomic_write_commands(text, dest, mode, after=after)

@@ -11,11 +11,12 @@ from pydantic import BaseModel, ConfigDict
 from pyinfra import host
 from pyinfra.api import OperationError, operation
 
-from gpunode.roles.facts.cache import cached_fact
+from gpunode.roles.facts.bundle import FactRead
+from gpunode.roles.facts.cache import cached_read, changes_fact
 from gpunode.roles.facts.kernel_params import KernelParams, KernelParamsState
 from gpunode.roles.facts.sections import as_model
 from gpunode.roles.ops.changes import report_change
-from gpunode.roles.ops.shell import argv
+from gpunode.roles.ops.shell import argv_text, every_command
 
 # Modules that only make sense with a given kind of device present.
 NEEDS_RDMA = frozenset({"nvidia_peermem"})
@@ -62,10 +63,15 @@ def _not_applicable_reason(state: KernelParamsState, name: str) -> str | None:
     return None
 
 
+def modules_read(modules: list[str]) -> FactRead:
+    """The operation's read: these modules, no sysctls (a wider KernelParams read answers it;
+    kept apart so a sysctl write leaves it cached)."""
+    return FactRead(KernelParams, {"sysctl_keys": [], "modules": sorted(modules)})
+
+
 def module_plan_for_host(modules: list[str], required: list[str]) -> ModulePlan:
     """Read the live node and plan the modules."""
-    state = as_model(KernelParamsState,
-                     cached_fact(KernelParams, sysctl_keys=[], modules=sorted(modules)))
+    state = as_model(KernelParamsState, cached_read(modules_read(modules)))
     return plan_modules(state, modules, required)
 
 
@@ -86,7 +92,9 @@ def kernel_modules(modules: list[str], required: list[str] | None = None):
         )
     for name in plan.load:
         report_change(f"module {name}", "not loaded", "loaded", where="runtime; modprobe")
-        yield argv("modprobe", name)
-    if not plan.load:
+    if plan.load:
+        changes_fact(KernelParams, modules=plan.load)
+        yield every_command([argv_text("modprobe", m) for m in plan.load])
+    else:
         skipped = "; ".join(f"{m} {why}" for m, why in plan.not_applicable.items())
         host.noop("modules loaded" + (f"; skipped: {skipped}" if skipped else ""))

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
-from gpunode.roles.facts.cache import cached_fact
+from gpunode.roles.facts.cache import cached_fact, changes_fact
 from gpunode.roles.facts.pcie import (
     PcieDevice,
     PcieDevices,
@@ -105,6 +105,9 @@ def max_read_request(selector: PcieSelector, size: int = 4096):
     devices = as_models(PcieDevice, cached_fact(PcieDevices))
     refused = dict(fact_data(cached_fact(MaxReadReqRefusals)) or {})
     todo, refusing = devices_to_write(devices, selector, size, refused)
+    if todo:
+        changes_fact(PcieDevices)
+        changes_fact(MaxReadReqRefusals)
     for device in todo:
         report_change(f"setpci {short_bdf(device.bdf)} MaxReadReq",
                       str(device.devctl_max_read_req), str(size), where="runtime; boot unit")

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import operation
 
-from gpunode.roles.facts.cache import cached_fact
+from gpunode.roles.facts.cache import cached_fact, changes_fact
 from gpunode.roles.facts.proxmox import ProxmoxBootInfo, ProxmoxBootTool
 from gpunode.roles.facts.sections import as_model
 from gpunode.roles.ops.changes import report_change
@@ -25,4 +25,5 @@ def kernel_pin(version: str):
         return
     report_change("proxmox-boot-tool kernel pin", info.pinned or "(none)", version,
                   where="next boot")
+    changes_fact(ProxmoxBootTool)
     yield argv("proxmox-boot-tool", "kernel", "pin", version)

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-from pyinfra import host
-from pyinfra.api import operation
-from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
-from pyinfra.operations import systemd
+import shlex
 
-from gpunode.roles.facts.cache import cached_fact
+from pyinfra import host
+from pyinfra.api import StringCommand, operation
+from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
+
+from gpunode.roles.facts.cache import cached_fact, changes_fact
 from gpunode.roles.ops.changes import report_change
-from gpunode.roles.pyinfra_adapter import inner_commands
 
 
 @operation()
 def unit_enabled_and_running(unit: str):
     """
-    Enable and start a unit (pyinfra's systemd.service does it) unless it already is.
+    Enable and start a unit unless it already is, in one command.
 
     The state comes from pyinfra's SystemdStatus and SystemdEnabled facts read through
-    the cache (prefetchable), so a converged unit costs no read of its own.
+    the cache (prefetchable), so a converged unit costs no read of its own (pyinfra's
+    systemd.service would read both again with its own arguments).
 
     + unit: full unit name (gpunode-tune.service)
     """
@@ -29,4 +30,10 @@ def unit_enabled_and_running(unit: str):
         return
     state = f"{'enabled' if enabled else 'disabled'}, {'active' if active else 'inactive'}"
     report_change(unit, state, "enabled, active", where="systemd")
-    yield from inner_commands(systemd.service, service=unit, running=True, enabled=True)
+    changes_fact(SystemdStatus, services=[unit])
+    changes_fact(SystemdEnabled, services=[unit])
+    quoted = shlex.quote(unit)
+    if not enabled:
+        yield StringCommand(f"systemctl enable {'--now ' if not active else ''}{quoted}")
+    else:
+        yield StringCommand(f"systemctl start {quoted}")

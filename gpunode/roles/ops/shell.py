@@ -3,7 +3,8 @@
 - ``argv``: a command line from words, each quoted with shlex.quote, so a value is always
   one word and never shell syntax;
 - ``script``: a shell snippet rendered from ``templates/shell/``, whose every variable goes
-  through the ``shquote`` filter (a test checks every shell template for it).
+  through the ``shquote`` filter (a test checks every shell template for it);
+- ``every_command``: several such commands of one operation in one remote shell.
 
 Operations build their commands with these two; no value is put into shell text by hand.
 """
@@ -57,3 +58,13 @@ def script_text(template: str, **variables: Any) -> str:
 def script(template: str, **variables: Any) -> StringCommand:
     """A shell snippet from templates/shell/<template>, as one command."""
     return StringCommand(script_text(template, **variables))
+
+
+def every_command(commands: list[str]) -> StringCommand:
+    """Run every command in one shell, each in its own subshell (its `exit` ends only it), the
+    later ones even when one fails, and exit 1 if any failed: one round trip, and each
+    command's own output and error for its own setting. A single command is returned as is."""
+    if len(commands) == 1:
+        return StringCommand(commands[0])
+    return StringCommand("rc=0; " + " ".join(f"( {c} ) || rc=1;" for c in commands)
+                         + " exit $rc")

@@ -1,7 +1,9 @@
-"""Runtime sysctl values, read from one fact call for all keys, each write read back.
+"""Runtime sysctl values, read from one fact call for all keys, written in one command and
+each write read back.
 
 pyinfra's server.sysctl reads one key per fact command and fails on keys the running kernel
-lacks; this operation reads every key in one command, skips missing ones with a note, and
+lacks; this operation reads every key in one command, skips missing ones with a note, writes
+every differing key in one remote shell (each write with its own read-back and message), and
 leaves persistence to the sysctl.d file that host_tuning owns whole.
 
 A write is confirmed by reading /proc/sys back, never by sysctl's exit status: kernel 6.12
@@ -13,9 +15,10 @@ not written again in this boot ("not supported here"); any other key fails the o
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import StringCommand, operation
+from pyinfra.api import operation
 
-from gpunode.roles.facts.cache import cached_fact
+from gpunode.roles.facts.bundle import FactRead
+from gpunode.roles.facts.cache import cached_read, changes_fact
 from gpunode.roles.facts.kernel_params import (
     SYSCTL_REFUSED_DIR,
     KernelParams,
@@ -25,7 +28,7 @@ from gpunode.roles.facts.kernel_params import (
 )
 from gpunode.roles.facts.sections import as_model
 from gpunode.roles.ops.changes import report_change, shorten
-from gpunode.roles.ops.shell import script_text
+from gpunode.roles.ops.shell import every_command, script_text
 
 
 def sysctl_changes(
@@ -41,6 +44,11 @@ def sysctl_changes(
         and live[key] != normalize_sysctl_value(value)
         and refused.get(key) != normalize_sysctl_value(value)
     }
+
+
+def sysctl_read(values: dict[str, str]) -> FactRead:
+    """The operation's read: these keys, no modules (a wider KernelParams read answers it)."""
+    return FactRead(KernelParams, {"sysctl_keys": sorted(values), "modules": []})
 
 
 def write_and_verify_command(key: str, value: str, best_effort: bool) -> str:
@@ -68,8 +76,7 @@ def sysctl_values(values: dict[str, str], best_effort: frozenset[str] = frozense
     + best_effort: keys whose write the kernel may refuse (a failure there is not an error)
     + persisted_in: the file that persists them (named in the change line)
     """
-    state = as_model(KernelParamsState, cached_fact(KernelParams, sysctl_keys=sorted(values),
-                                                    modules=[]))
+    state = as_model(KernelParamsState, cached_read(sysctl_read(values)))
     live = state.sysctls
     missing = sorted(key for key in values if key not in live)
     refused = {k: v for k, v in state.sysctl_refused.items() if k in best_effort}
@@ -77,8 +84,11 @@ def sysctl_values(values: dict[str, str], best_effort: frozenset[str] = frozense
     where = f"runtime; persisted in {persisted_in}" if persisted_in else "runtime"
     for key, value in changes.items():
         report_change(key, shorten(live[key]), shorten(normalize_sysctl_value(value)), where)
-        yield StringCommand(write_and_verify_command(key, value, key in best_effort))
-    if not changes:
+    if changes:
+        changes_fact(KernelParams, sysctl_keys=sorted(changes))
+        yield every_command([write_and_verify_command(key, value, key in best_effort)
+                             for key, value in changes.items()])
+    else:
         notes = [f"not on this kernel: {', '.join(missing)}"] if missing else []
         notes += [f"kernel refused {k}={v} in this boot (not supported here)"
                   for k, v in sorted(refused.items()) if live.get(k) != v]
