@@ -70,6 +70,7 @@ class Contention:
     other_vms: int
     other_vm_cpu_s: float
     load_avg_1m_end: float
+    load_avg_1m_start: float | None = None
 
 
 class ContentionMeter:
@@ -78,9 +79,11 @@ class ContentionMeter:
     def __init__(self, own_pids: set[int] | None = None) -> None:
         self.own = own_pids or set()
         self.before: dict[int, float] = {}
+        self.load_start: float | None = None
 
     def start(self) -> None:
         self.before = qemu_cpu_seconds(self.own)
+        self.load_start = round(os.getloadavg()[0], 2)
 
     def stop(self) -> Contention:
         after = qemu_cpu_seconds(self.own)
@@ -89,6 +92,7 @@ class ContentionMeter:
             other_vms=len(set(after) | set(self.before)),
             other_vm_cpu_s=round(used, 1),
             load_avg_1m_end=round(os.getloadavg()[0], 2),
+            load_avg_1m_start=self.load_start,
         )
 
 

@@ -220,8 +220,16 @@ class Bench:
         return {"host_converge": run.as_dict()}
 
 
+GOALS = {"noop": 20, "converge": 6}  # issue #18: Ansible / gpunode wall time, same run
+
+
 def ratio(slow: float | None, fast: float | None) -> float | None:
     return round(slow / fast, 2) if slow and fast else None
+
+
+def _median_commands(runs: list[dict] | None) -> float | None:
+    counts = [r["remote_commands"] for r in runs or [] if r.get("remote_commands") is not None]
+    return median(counts)
 
 
 def print_table(result: dict) -> None:
@@ -250,16 +258,20 @@ def print_table(result: dict) -> None:
 
     print()
     print(f"{'run':46} {'wall s':>7} {'remote cmds':>11} {'uploads':>7} {'changed':>7} "
-          f"{'rc':>3} {'other VMs CPU-s':>15}  all runs")
+          f"{'rc':>3} {'other VMs CPU-s':>15} {'load 1m':>11}  all runs")
     for label, run, walls in rows:
         c = run.get("contention") or {}
+        load = f"{c.get('load_avg_1m_start', '-')}-{c.get('load_avg_1m_end', '-')}"
         print(f"{label:46} {run['wall_s']:7.1f} {str(run.get('remote_commands')):>11} "
               f"{str(run.get('uploads') if run.get('uploads') is not None else '-'):>7} "
               f"{str(run.get('changed')):>7} {run['rc']:>3} "
-              f"{str(c.get('other_vm_cpu_s', '-')):>15}  {walls}")
+              f"{str(c.get('other_vm_cpu_s', '-')):>15} {load:>11}  {walls}")
     r = result.get("ratios") or {}
-    print(f"\nAnsible / gpunode wall time: converge {r.get('converge')}x, "
-          f"no-op {r.get('noop')}x (goal: no-op >= 5x)")
+    print(f"\nAnsible / gpunode wall time: converge {r.get('converge')}x (goal >= "
+          f"{GOALS['converge']}x), no-op {r.get('noop')}x (goal >= {GOALS['noop']}x)")
+    print(f"Ansible / gpunode remote commands: converge {r.get('converge_commands')}x, "
+          f"no-op {r.get('noop_commands')}x; gpunode no-op commands: "
+          f"{r.get('gpunode_noop_commands')} (goal: 1)")
     for note in result.get("notes", []):
         print(f"note: {note}")
 
@@ -319,6 +331,12 @@ def main(argv: list[str] | None = None) -> int:
             "converge": ratio((a.get("converge") or {}).get("wall_s"),
                               (g.get("site_converge") or {}).get("wall_s")),
             "noop": ratio(a.get("noop_median_s"), g.get("site_noop_median_s")),
+            "converge_commands": ratio((a.get("converge") or {}).get("remote_commands"),
+                                       (g.get("site_converge") or {}).get("remote_commands")),
+            "noop_commands": ratio(_median_commands(a.get("noop")),
+                                   _median_commands(g.get("site_noop"))),
+            "gpunode_noop_commands": _median_commands(g.get("site_noop")),
+            "goals": GOALS,
         }
         write_json(args.out, result)
         print_table(result)

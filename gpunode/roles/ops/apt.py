@@ -4,25 +4,30 @@ NVIDIA driver pin)."""
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import operation
-from pyinfra.operations import apt
+from pyinfra.api import StringCommand, operation
 
 from gpunode.roles.facts.apt import AptHolds
 from gpunode.roles.facts.cache import cached_fact, changes_fact
 from gpunode.roles.facts.dpkg import InstalledPackages
 from gpunode.roles.ops.changes import report_change
-from gpunode.roles.ops.shell import argv
-from gpunode.roles.pyinfra_adapter import inner_commands
+from gpunode.roles.ops.shell import argv, argv_text
+
+
+def apt_install_command(packages: list[str]) -> str:
+    """pyinfra's apt.packages install command (noninteractive, changed config files kept)."""
+    return ('DEBIAN_FRONTEND=noninteractive apt-get -y -o Dpkg::Options::="--force-confdef" '
+            '-o Dpkg::Options::="--force-confold" install ' + argv_text(*packages))
 
 
 @operation()
 def packages_present(packages: list[str]):
     """
-    Install the packages that are not installed (pyinfra's apt.packages does the install).
+    Install the packages that are not installed, with the command pyinfra's apt.packages
+    runs (noninteractive, keeping changed config files).
 
     The installed set comes from one dpkg-query of these names (cached, prefetchable)
-    instead of apt.packages' read of every package on the node, which stays for the
-    install itself.
+    instead of apt.packages' read of every package on the node (DebPackages), so a dry
+    run on a node that lacks one reads nothing more.
 
     + packages: package names
     """
@@ -31,10 +36,10 @@ def packages_present(packages: list[str]):
     if not missing:
         host.noop(f"{' '.join(packages)} installed")
         return
-    # declares no changes(): an install can change any fact (lspci, modinfo, ...)
+    # declares no changes_fact(): an install can change any fact (lspci, modinfo, ...)
     for package in missing:
         report_change(f"package {package}", "not installed", "installed", where="apt")
-    yield from inner_commands(apt.packages, packages=missing)
+    yield StringCommand(apt_install_command(missing))
 
 
 @operation()
