@@ -33,6 +33,7 @@ import xml.etree.ElementTree as ET
 
 from pydantic import BaseModel, ConfigDict, Field
 from pyinfra.api import FactBase
+from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from gpunode.roles.facts.apt import AptHolds
 from gpunode.roles.facts.dpkg import InstalledPackages, parse_dpkg_query
@@ -40,6 +41,7 @@ from gpunode.roles.facts.gpu_topology import GpuTopology, parse_gpu_topology
 from gpunode.roles.facts.kernels import InstalledKernels, KernelPackages, parse_installed_kernels
 from gpunode.roles.facts.nvidia import (
     NvidiaDriverVersion,
+    NvidiaSmi,
     NvidiaSmiReport,
     nvidia_module_is_open,
     parse_nvidia_proc_version,
@@ -547,8 +549,8 @@ class AuditFacts(FactBase):
 
     # What it reads that other facts read too: an operation that changes one of these
     # changes this fact (gpunode.roles.facts.cache.FactChange).
-    includes = (AptHolds, InstalledKernels, InstalledPackages, NvidiaDriverVersion,
-                PveVersionFact, ProxmoxBootTool)
+    includes = (AptHolds, InstalledKernels, InstalledPackages, NvidiaDriverVersion, NvidiaSmi,
+                PveVersionFact, ProxmoxBootTool, SystemdStatus, SystemdEnabled)
 
     @staticmethod
     def default() -> AuditExtras:

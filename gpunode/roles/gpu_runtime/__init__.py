@@ -37,7 +37,7 @@ def driver_present() -> bool:
 
 def gpu_runtime_reads(profile: NodeProfile) -> list[FactRead]:
     """Every fact gpu_runtime reads (for prefetch)."""
-    reads = [FactRead(NvidiaSmi), FactRead(NvidiaDriverVersion)]
+    reads = [FactRead(NvidiaSmi), *nvidia.SMI_READS, FactRead(NvidiaDriverVersion)]
     if profile.gpu_persistence:
         reads += [FactRead(InstalledPackages, {"patterns": [PERSISTENCED_PACKAGE]}),
                   FactRead(SystemdStatus, {"services": [PERSISTENCED_UNIT]}),

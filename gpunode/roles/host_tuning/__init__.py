@@ -143,12 +143,13 @@ def host_tuning_reads(profile: NodeProfile) -> list[FactRead]:
         FactRead(InstalledPackages, {"patterns": sorted(PACKAGES)}),
         tuning["kernel"], sysctl.sysctl_read(profile.sysctls),
         modules.modules_read(profile.modules),
-        tuning["pcie"], tuning["mrrs_refused"], tuning["cpu"], *cpu.CPU_READS,
+        tuning["pcie"], *pcie.PCIE_READS, tuning["mrrs_refused"], tuning["cpu"], *cpu.CPU_READS,
         FactRead(PciPaths),
         SYSTEMD_BOOTED_READ,
         FactRead(SystemdStatus, {"services": [BOOT_UNIT]}),
         FactRead(SystemdEnabled, {"services": [BOOT_UNIT]}),
-        FactRead(OwnedFiles, {"paths": list(OWNED_FILES)}),
+        FactRead(OwnedFiles, {"paths": list(OWNED_FILES)}),  # answers each file's own read:
+        *(FactRead(OwnedFiles, {"paths": [path]}) for path in OWNED_FILES),  # kept per file
     ]
 
 

@@ -12,7 +12,8 @@ from pyinfra import host
 from pyinfra.api import StringCommand, operation
 from pyinfra.api.exceptions import OperationValueError
 
-from gpunode.roles.facts.cache import cached_fact
+from gpunode.roles.facts.bundle import FactRead
+from gpunode.roles.facts.cache import cached_fact, changes_fact
 from gpunode.roles.facts.nvidia import NvidiaGpu, NvidiaSmi, NvidiaSmiReport
 from gpunode.roles.facts.sections import as_model
 
@@ -76,8 +77,14 @@ PERSISTENCE_COMMAND = (
 )
 
 
-def smi_report() -> NvidiaSmiReport:
-    return as_model(NvidiaSmiReport, cached_fact(NvidiaSmi))
+# The parts of NvidiaSmi each operation reads and writes (gpunode.roles.facts.cache).
+PERSISTENCE = "persistence"
+POWER = "power"
+SMI_READS = (FactRead(NvidiaSmi, part=PERSISTENCE), FactRead(NvidiaSmi, part=POWER))
+
+
+def smi_report(part: str | None = None) -> NvidiaSmiReport:
+    return as_model(NvidiaSmiReport, cached_fact(NvidiaSmi, part=part))
 
 
 @operation()
@@ -86,7 +93,7 @@ def persistence_mode():
     Persistence mode Enabled on every GPU (nvidia-smi -pm 1 talks to nvidia-persistenced),
     read back; nothing to do without nvidia-smi.
     """
-    report = smi_report()
+    report = smi_report(PERSISTENCE)
     if not report.present:
         host.noop("persistence mode: not applicable (no NVIDIA driver / nvidia-smi)")
         return
@@ -94,6 +101,7 @@ def persistence_mode():
     if not off:
         host.noop(f"persistence mode Enabled on {len(report.gpus)} GPU(s)")
         return
+    changes_fact(NvidiaSmi, part=PERSISTENCE)
     yield StringCommand(PERSISTENCE_COMMAND)
 
 
@@ -104,7 +112,7 @@ def power_limits(setting: PowerSetting):
 
     + setting: watts, 'default', 'max', or {GPU index: one of those}
     """
-    report = smi_report()
+    report = smi_report(POWER)
     if not report.present:
         host.noop("power limits: not applicable (no NVIDIA driver / nvidia-smi)")
         return
@@ -114,6 +122,8 @@ def power_limits(setting: PowerSetting):
     current = {g.index: g.power_limit_w for g in report.gpus}
     todo = {i: w for i, w in targets.items()
             if current.get(i) is None or int(round(current[i] or 0)) != w}
+    if todo:
+        changes_fact(NvidiaSmi, part=POWER)
     for index, watts in todo.items():
         yield StringCommand(power_limit_command(index, watts))
     if not todo:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
+from gpunode.roles.facts.bundle import FactRead
 from gpunode.roles.facts.cache import cached_fact, changes_fact
 from gpunode.roles.facts.pcie import (
     PcieDevice,
@@ -27,6 +28,11 @@ from gpunode.roles.profile.node import MAX_READ_REQUEST_SIZES, PcieSelector
 
 MRRS_MASK = 0x7000
 PCI_DEVICES_DIR = "/sys/bus/pci/devices"
+# The parts of PcieDevices each operation reads and writes (gpunode.roles.facts.cache): the
+# endpoints' Device Control (MaxReadReq) and the bridges' ACS Control.
+MAXREADREQ = "maxreadreq"
+ACS = "acs"
+PCIE_READS = (FactRead(PcieDevices, part=MAXREADREQ), FactRead(PcieDevices, part=ACS))
 
 
 def mrrs_bits(size: int) -> int:
@@ -102,11 +108,11 @@ def max_read_request(selector: PcieSelector, size: int = 4096):
     + size: bytes, one of 128 ... 4096
     """
     selector = PcieSelector.model_validate(selector)
-    devices = as_models(PcieDevice, cached_fact(PcieDevices))
+    devices = as_models(PcieDevice, cached_fact(PcieDevices, part=MAXREADREQ))
     refused = dict(fact_data(cached_fact(MaxReadReqRefusals)) or {})
     todo, refusing = devices_to_write(devices, selector, size, refused)
     if todo:
-        changes_fact(PcieDevices)
+        changes_fact(PcieDevices, part=MAXREADREQ)
         changes_fact(MaxReadReqRefusals)
     for device in todo:
         report_change(f"setpci {short_bdf(device.bdf)} MaxReadReq",
@@ -171,10 +177,12 @@ def acs_redirect_off(selector: PcieSelector):
     + selector: vendor / device / classes of the devices whose upstream bridges are changed
     """
     selector = PcieSelector.model_validate(selector)
-    devices = as_models(PcieDevice, cached_fact(PcieDevices))
+    devices = as_models(PcieDevice, cached_fact(PcieDevices, part=ACS))
     paths = dict(fact_data(cached_fact(PciPaths)) or {})
     bridges = [b for b in bridges_above(devices, paths, selector) if b.acs_ctl is not None]
     todo = [b for b in bridges if acs_redirecting(b)]
+    if todo:
+        changes_fact(PcieDevices, part=ACS)
     for bridge in todo:
         yield StringCommand(acs_write_command(bridge.bdf))
     if not todo:
