@@ -1,8 +1,10 @@
 """The lab VM: a Debian 13 (or 12) guest under QEMU with 2 NUMA nodes and PCIe stand-ins for GPUs.
 
 Topology (q35): two e1000e endpoints (8086:10d3, class 0200, no netdev) stand in for GPUs, each
-behind its own pcie-root-port, and a virtio-net NIC (1af4:1041) behind a third one, on user-mode
-networking with only 127.0.0.1:PORT forwarded to the guest's sshd. The disk is a throwaway qcow2
+behind its own pcie-root-port, the second one on a pxb-pcie expander bound to NUMA node 1
+(0000:21:00.0, numa_node 1: a GPU on the second socket), and a virtio-net NIC (1af4:1041)
+behind a third root port, on user-mode networking with only 127.0.0.1:PORT forwarded to the
+guest's sshd. The disk is a throwaway qcow2
 overlay on the cached base image. A run dir holds the overlay, the pid, the serial console log and
 lab.json (address, key and known_hosts paths), which inventories/lab.py reads, so `down`,
 `status` and pyinfra work from other processes. The guest may reboot (QEMU keeps running).
@@ -34,6 +36,8 @@ HOST_NAME = "gpunode-lab"
 NOT_RUNNING = "lab VM is not running: run `python -m lab up`"
 MEMORY_MB = 2048
 GPU_STANDINS = 2
+#: First bus number of the pxb-pcie expander on NUMA node 1 (its stand-in is on bus PXB_BUS_NR+1).
+PXB_BUS_NR = 32
 # While the guest is down, slirp accepts the TCP connection and then says nothing: keep each
 # probe short so that SSH is noticed within seconds of sshd starting.
 PROBE_CONNECT_S = 4.0
@@ -119,8 +123,13 @@ def qemu_args(*, accel: str, disk: Path, port: int, run_dir: Path) -> list[str]:
         "-device", "virtio-blk-pci,drive=disk0,bootindex=0",
         "-device", "virtio-rng-pci",
     ]  # fmt: skip
+    # The last stand-in sits behind a pxb-pcie expander (an extra PCIe root bus, as a second
+    # socket's root complex) bound to NUMA node 1, so its sysfs numa_node is 1; the others
+    # are on pcie.0, which the firmware gives no node (numa_node -1).
+    args += ["-device", f"pxb-pcie,id=pxb1,bus_nr={PXB_BUS_NR},numa_node=1,bus=pcie.0"]
     for i in range(GPU_STANDINS):
-        args += ["-device", f"pcie-root-port,id=rp{i},chassis={i + 1},bus=pcie.0"]
+        bus = "pxb1" if i == GPU_STANDINS - 1 else "pcie.0"
+        args += ["-device", f"pcie-root-port,id=rp{i},chassis={i + 1},bus={bus}"]
         args += ["-device", f"e1000e,id=gpu{i},bus=rp{i},romfile="]
     nic = GPU_STANDINS
     args += [

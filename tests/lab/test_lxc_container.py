@@ -39,6 +39,7 @@ import time
 import pytest
 
 from gpunode.roles.lxc_gpu import pve_config
+from gpunode.roles.lxc_gpu.numa import GPU_NUMA_COMMAND, format_cpulist, parse_gpu_numa
 from gpunode.roles.lxc_gpu.passthrough import (
     NVIDIA_DEVICES_COMMAND,
     parse_nvidia_dev_listing,
@@ -51,6 +52,7 @@ from gpunode.roles.profile.container import ContainerSpec
 pytestmark = pytest.mark.lab
 
 NAME = "gpunode-lxc-lab"
+TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"
 STAND_INS = ["/dev/nvidia0", "/dev/nvidia1", "/dev/nvidiactl", "/dev/nvidia-uvm"]
 LXC_DIR = f"/var/lib/lxc/{NAME}"
 APPLETS = ["sh", "ls", "stat", "mknod", "grep", "cat", "sleep"]
@@ -89,6 +91,30 @@ def guest(lab_vm):
         print(f"\nLXC lab test: {time.monotonic() - started:.0f} s")
 
 
+def make_rootfs(vm) -> None:
+    """The container's rootfs: the guest's static busybox and a few applet links."""
+    rootfs = f"{LXC_DIR}/rootfs"
+    links = " && ".join(f"ln -s busybox {rootfs}/bin/{applet}" for applet in APPLETS)
+    sh(vm, f"mkdir -p {rootfs}/bin {rootfs}/dev {rootfs}/proc {rootfs}/sys {rootfs}/tmp && "
+           f"cp /bin/busybox {rootfs}/bin/busybox && {links}")
+
+
+def start_container(vm, entries: list[tuple[str, str]], prefix: str = "") -> None:
+    """Write the LXC config with the raw lines as `pct start` writes them, start it."""
+    raw = "".join(f"{key} = {value}\n" for key, value in entries)
+    config = (
+        f"lxc.uts.name = {NAME}\n"
+        f"lxc.rootfs.path = dir:{LXC_DIR}/rootfs\n"
+        "lxc.include = /usr/share/lxc/config/common.conf\n"
+        "lxc.net.0.type = empty\n"
+        "lxc.apparmor.profile = unconfined\n"
+        "lxc.init.cmd = /bin/sleep 3600\n"
+    ) + raw
+    sh(vm, f"printf %s {shlex.quote(config)} > {LXC_DIR}/config")
+    sh(vm, prefix + f"lxc-start -n {NAME} -d && lxc-wait -n {NAME} -s RUNNING -t 60",
+       timeout=90)
+
+
 def make_stand_ins(vm) -> dict[str, int]:
     """Create the stand-in nodes; return the guest's real char majors."""
     majors = parse_proc_devices(sh(vm, "cat /proc/devices"))
@@ -115,13 +141,7 @@ def test_container_gets_memlock_and_only_the_selected_gpu_node(guest):
     majors, devices = host_facts(vm)
     ptp, rtc = real["ptp"], real["rtc"]
 
-    spec = ContainerSpec(
-        vmid=110,
-        hostname=NAME,
-        ostemplate="local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst",
-        gpus=[0],
-        memlock="unlimited",
-    )
+    spec = ContainerSpec(vmid=110, hostname=NAME, ostemplate=TEMPLATE, gpus=[0])
     pve_text = edit_config_text(PVE_CONF, spec, majors, devices)
     entries = pve_config.lxc_entries(pve_config.parse_pve_lxc_config(pve_text))
     assert entries == [
@@ -136,27 +156,11 @@ def test_container_gets_memlock_and_only_the_selected_gpu_node(guest):
         ("lxc.mount.entry", "/dev/nvidia-caps dev/nvidia-caps none bind,optional,create=dir"),
         ("lxc.prlimit.memlock", "unlimited"),
     ]
-    raw = "".join(f"{key} = {value}\n" for key, value in entries)  # as pct start writes them
-
-    rootfs = f"{LXC_DIR}/rootfs"
-    links = " && ".join(f"ln -s busybox {rootfs}/bin/{applet}" for applet in APPLETS)
-    sh(vm, f"mkdir -p {rootfs}/bin {rootfs}/dev {rootfs}/proc {rootfs}/sys {rootfs}/tmp && "
-           f"cp /bin/busybox {rootfs}/bin/busybox && {links}")
-    config = (
-        f"lxc.uts.name = {NAME}\n"
-        f"lxc.rootfs.path = dir:{rootfs}\n"
-        "lxc.include = /usr/share/lxc/config/common.conf\n"
-        "lxc.net.0.type = empty\n"
-        "lxc.apparmor.profile = unconfined\n"
-        "lxc.init.cmd = /bin/sleep 3600\n"
-    ) + raw
-    sh(vm, f"printf %s {shlex.quote(config)} > {LXC_DIR}/config")
-
-    # Start and attach with a low limit: only the container config can make it unlimited.
     low = "ulimit -l 1024 && ulimit -H -l 1024 && "
     host_limit = sh(vm, low + "ulimit -l").strip()
     assert host_limit == "1024"
-    sh(vm, low + f"lxc-start -n {NAME} -d && lxc-wait -n {NAME} -s RUNNING -t 60", timeout=90)
+    make_rootfs(vm)
+    start_container(vm, entries, low)
 
     inside = sh(vm, low + f"lxc-attach -n {NAME} -- /bin/sh -c " + shlex.quote(
         "echo \"ulimit=$(ulimit -l)\"; grep 'Max locked memory' /proc/1/limits; "
@@ -188,3 +192,54 @@ def test_container_gets_memlock_and_only_the_selected_gpu_node(guest):
     assert "no-nvidia1" in lines, inside
     # The same device opens on the host: the denial comes from the container's policy.
     sh(vm, "(exec 3</dev/nvidia1) && echo ok")
+
+
+def stand_ins_by_numa_node(vm) -> dict[int, tuple[str, int]]:
+    """NUMA node -> (PCI address, ptp minor) of the e1000e stand-ins' PTP clocks; the node is
+    the device's own sysfs numa_node (-1 on pcie.0, 1 behind the pxb-pcie expander)."""
+    out = sh(vm, "for p in /sys/class/ptp/ptp*; do d=$(readlink -f $p/device); "
+                 "echo \"${p##*ptp} ${d##*/} $(cat $d/numa_node)\"; done")
+    found = {}
+    for line in out.splitlines():
+        minor, bdf, node = line.split()
+        found[int(node)] = (bdf, int(minor))
+    return found
+
+
+def test_container_cpuset_and_mems_are_its_gpus_numa_node(guest):
+    """The stand-in behind the pxb-pcie expander is GPU 1 (/dev/nvidia1 = its PTP clock):
+    the role's NUMA fact finds it on node 1 through /sys/dev/char, gpunode writes node 1's
+    cpuset into the config, and the real container runs on node 1's CPUs and memory."""
+    vm = guest
+    majors = parse_proc_devices(sh(vm, "cat /proc/devices"))
+    ptp, rtc = majors["ptp"], majors["rtc"]
+    placed = stand_ins_by_numa_node(vm)
+    assert set(placed) == {-1, 1}, placed
+    bdf1, minor1 = placed[1]
+    _, minor0 = placed[-1]
+    sh(vm, f"mknod /dev/nvidia0 c {ptp} {minor0} && mknod /dev/nvidia1 c {ptp} {minor1} && "
+           f"mknod /dev/nvidiactl c {ptp} 255 && mknod /dev/nvidia-uvm c {rtc} 0")
+    majors, devices = host_facts(vm)
+    numa = parse_gpu_numa(sh(vm, GPU_NUMA_COMMAND))
+    assert numa.gpu_bdf[1] == bdf1 and numa.bdf_node[bdf1] == 1, numa
+    assert format_cpulist(numa.node_cpus[1]) == "1"
+
+    spec = ContainerSpec(vmid=110, hostname=NAME, ostemplate=TEMPLATE, gpus=[1], cores=1)
+    pve_text = edit_config_text(PVE_CONF, spec, majors, devices, numa=numa)
+    entries = pve_config.lxc_entries(pve_config.parse_pve_lxc_config(pve_text))
+    assert ("lxc.cgroup2.cpuset.cpus", "1") in entries
+    assert ("lxc.cgroup2.cpuset.mems", "1") in entries
+    make_rootfs(vm)
+    start_container(vm, entries)
+
+    inside = sh(vm, f"lxc-attach -n {NAME} -- /bin/sh -c " + shlex.quote(
+        "grep -E '^(Cpus|Mems)_allowed_list' /proc/1/status; "
+        "cat /sys/fs/cgroup/cpuset.cpus.effective /sys/fs/cgroup/cpuset.mems.effective"
+    ))
+    lines = inside.split()
+    assert lines[:4] == ["Cpus_allowed_list:", "1", "Mems_allowed_list:", "1"], inside
+    assert lines[4:] == ["1", "1"], inside
+    # The host sees the same on the container's cgroup.
+    host_view = sh(vm, f"lxc-cgroup -n {NAME} cpuset.cpus.effective; "
+                       f"lxc-cgroup -n {NAME} cpuset.mems.effective").split()
+    assert host_view == ["1", "1"], host_view

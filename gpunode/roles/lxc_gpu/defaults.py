@@ -18,6 +18,9 @@ host's data key ``gpunode_containers`` (a list of mappings, one per container).
 | gpus            | all                             | or indices N of /dev/nvidiaN on the host   |
 | memlock         | unlimited                       | CUDA pins host memory; only the host can   |
 |                 |                                 | raise it (lxc.prlimit.memlock)             |
+| gpu_passthrough | auto                            | devN keys on Proxmox 8.2+, else mounts     |
+| cpuset_cpus     | auto                            | the CPUs of the GPUs' NUMA node(s)         |
+| cpuset_mems     | auto                            | the GPUs' NUMA node(s)                     |
 | extra_lxc       | []                              | more raw lxc.* lines, added if missing     |
 | restart_allowed | false                           | a restart stops the model server: opt in;  |
 |                 |                                 | else the run reports "pending restart"     |

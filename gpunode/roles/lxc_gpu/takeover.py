@@ -413,11 +413,12 @@ def _converge_node(
             replaced = i
             continue
         edit.drop.add(i)
-        why = (
-            f"{node.path} is already passed by: {lines[keeper].raw}"
-            if keeper is not None
-            else _bad_reason(node, line)
-        )
+        if keeper is not None:
+            why = f"{node.path} is already passed by: {lines[keeper].raw}"
+        elif _rank(node, line, want)[0] < 3:
+            why = f"{node.path} is passed once, by the line that replaces {lines[replaced].raw}"
+        else:
+            why = _bad_reason(node, line)
         decisions.append(Decision("remove", line.raw, why))
     if keeper is not None:
         return _kind(lines[keeper]), []
