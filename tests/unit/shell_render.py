@@ -10,14 +10,19 @@ from pathlib import Path
 
 from gpunode.roles.container.defaults import ContainerSettings
 from gpunode.roles.container.plan import install_command
-from gpunode.roles.facts.cmdline import edit_grub_default, merge_cmdline, split_cmdline
+from gpunode.roles.facts.cmdline import (
+    CmdlineState,
+    edit_grub_default,
+    merge_cmdline,
+    split_cmdline,
+)
 from gpunode.roles.facts.cpu import CpuState
 from gpunode.roles.host_tuning import boot_script_variables
 from gpunode.roles.kernel import DEBIAN_GRUB_ENTRY, wanted_cmdline
 from gpunode.roles.lxc_gpu.ops import append_lines_command, guarded_write_commands
 from gpunode.roles.lxc_gpu.passthrough import DeviceNode
 from gpunode.roles.lxc_gpu.plan import new_container_lines
-from gpunode.roles.ops.cmdline import set_grub_default_entry
+from gpunode.roles.ops.cmdline import grub_dropin_text, set_grub_default_entry
 from gpunode.roles.ops.cpu import sysfs_loop
 from gpunode.roles.ops.files import render_template
 from gpunode.roles.ops.pcie import acs_write_command, write_and_verify_command
@@ -46,6 +51,10 @@ def node_shell(profile: NodeProfile) -> list[str]:
             entry = DEBIAN_GRUB_ENTRY.format(version=profile.kernel_pin)
             grub = set_grub_default_entry(grub, entry)
         texts.append(grub)
+        state = CmdlineState(grub_default_text=GRUB, grub_dropins={
+            "/etc/default/grub.d/50-cloudimg-settings.cfg":
+            'GRUB_CMDLINE_LINUX_DEFAULT="console=tty1 console=ttyS0"\n'})
+        texts.append(grub_dropin_text(state, wanted_cmdline(profile, cpu), DEBIAN_GRUB_ENTRY))
     for key, value in profile.sysctls.items():
         texts.append(sysctl_write(key, value, key in BEST_EFFORT_SYSCTLS))
     texts += [argv_text("modprobe", name) for name in profile.modules]

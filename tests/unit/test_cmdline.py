@@ -121,3 +121,63 @@ def test_parse_sections_reads_skipped_esps_from_the_status():
 
 def test_cmdline_command_keeps_the_tools_warnings():
     assert "proxmox-boot-tool status 2>&1" in CMDLINE_COMMAND
+
+
+# --- /etc/default/grub.d drop-ins ---------------------------------------------------------
+
+def test_dropins_are_read_in_name_order_and_expand_the_variable():
+    from gpunode.roles.facts.cmdline import grub_effective_value
+
+    dropins = {
+        "/etc/default/grub.d/60-serial.cfg":
+            'GRUB_CMDLINE_LINUX_DEFAULT="${GRUB_CMDLINE_LINUX_DEFAULT} console=ttyS0,115200"\n',
+        "/etc/default/grub.d/50-cloudimg-settings.cfg":
+            'GRUB_TIMEOUT=0\nGRUB_CMDLINE_LINUX_DEFAULT="console=tty1"\n',
+        "/etc/default/grub.d/proxmox-ve.cfg": 'GRUB_DISTRIBUTOR="Proxmox VE"\n',
+    }
+    main = 'GRUB_CMDLINE_LINUX_DEFAULT="quiet"\n'
+    var = "GRUB_CMDLINE_LINUX_DEFAULT"
+    assert grub_effective_value(main, dropins, var) == (
+        "console=tty1 console=ttyS0,115200", "/etc/default/grub.d/60-serial.cfg")
+    assert grub_effective_value(main, {}, var) == ("quiet", "/etc/default/grub")
+    assert grub_effective_value(main, dropins, var,
+                                skip=("/etc/default/grub.d/60-serial.cfg",))[0] == "console=tty1"
+
+
+def test_dropin_listing_is_split_per_file():
+    from gpunode.roles.facts.cmdline import parse_cmdline_sections
+
+    text = "\n".join([
+        "@@gpunode:proc_cmdline", "ro quiet", "",
+        "@@gpunode:has_grub", "yes", "",
+        "@@gpunode:grub_default", 'GRUB_CMDLINE_LINUX_DEFAULT="quiet"', "",
+        "@@gpunode:grub_dropins",
+        "==> /etc/default/grub.d/50-conflict.cfg <==",
+        'GRUB_CMDLINE_LINUX_DEFAULT="quiet processor.max_cstate=5"', "",
+        "==> /etc/default/grub.d/proxmox-ve.cfg <==", 'GRUB_DISTRIBUTOR="Proxmox VE"', "", "",
+    ])
+    state = parse_cmdline_sections(text)
+    assert state.grub_dropins == {
+        "/etc/default/grub.d/50-conflict.cfg":
+            'GRUB_CMDLINE_LINUX_DEFAULT="quiet processor.max_cstate=5"\n',
+        "/etc/default/grub.d/proxmox-ve.cfg": 'GRUB_DISTRIBUTOR="Proxmox VE"\n',
+    }
+    assert state.configured == ["quiet", "processor.max_cstate=5"]
+    assert state.dropins_setting("GRUB_CMDLINE_LINUX_DEFAULT") == [
+        "/etc/default/grub.d/50-conflict.cfg"]
+
+
+def test_gpunode_dropin_is_valid_shell_and_holds_every_token():
+    import subprocess
+
+    from gpunode.roles.facts.cmdline import CmdlineState
+    from gpunode.roles.ops.cmdline import grub_dropin_text
+
+    state = CmdlineState(grub_default_text='GRUB_CMDLINE_LINUX_DEFAULT="quiet"\n', grub_dropins={
+        "/etc/default/grub.d/50-conflict.cfg":
+            'GRUB_CMDLINE_LINUX_DEFAULT="quiet processor.max_cstate=5"\n'})
+    entry = "Advanced options for Debian GNU/Linux>Debian GNU/Linux, with Linux 6.1.0-28-amd64"
+    text = grub_dropin_text(state, {"processor.max_cstate": "1", "iommu": "pt"}, entry)
+    script = text + 'printf "%s\\n" "$GRUB_CMDLINE_LINUX_DEFAULT" "$GRUB_DEFAULT"\n'
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True)
+    assert out.stdout.splitlines() == ["quiet processor.max_cstate=1 iommu=pt", entry]

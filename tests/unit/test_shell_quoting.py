@@ -19,7 +19,9 @@ from tests.unit.shell_render import container_shell
 from tests.unit.test_hostile_values import ROOTS
 
 TEMPLATES = Path(__file__).parents[2] / "gpunode" / "templates"
-SHELL_TEMPLATES = sorted([*TEMPLATES.glob("shell/*.j2"), *TEMPLATES.glob("boot/*.sh.j2")])
+# Scripts, and files a shell sources (update-grub reads grub.d/*.cfg with '.').
+SHELL_TEMPLATES = sorted([*TEMPLATES.glob("shell/*.j2"), *TEMPLATES.glob("boot/*.sh.j2"),
+                          *TEMPLATES.glob("grub/*.cfg.j2")])
 EXPRESSION = re.compile(r"{{(.*?)}}", re.S)
 
 

@@ -13,6 +13,12 @@ from gpunode.roles.facts.sections import FactModel, section_command, split_secti
 GRUB_DEFAULT_FILE = "/etc/default/grub"
 KERNEL_CMDLINE_FILE = "/etc/kernel/cmdline"
 GRUB_CMDLINE_VAR = "GRUB_CMDLINE_LINUX_DEFAULT"
+#: update-grub (grub-mkconfig) sources /etc/default/grub, then these files in name order: a
+#: drop-in that sets GRUB_CMDLINE_LINUX_DEFAULT or GRUB_DEFAULT overrides the main file.
+GRUB_DROPIN_DIR = "/etc/default/grub.d"
+#: gpunode's own drop-in, named to be read last, written only when another drop-in overrides.
+GPUNODE_GRUB_DROPIN = f"{GRUB_DROPIN_DIR}/zz-gpunode.cfg"
+_DROPIN_HEADER = re.compile(r"^==> (?P<path>/\S+) <==$")
 _ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 
 
@@ -27,13 +33,26 @@ class CmdlineState(FactModel):
     esp_problems: list[EspProblem] = Field(default_factory=list)
     """ESPs `proxmox-boot-tool status` skipped (stale UUID, failed mount): no kernel or
     command line reaches them (gpunode.roles.facts.proxmox)."""
+    grub_dropins: dict[str, str] = {}
+    """/etc/default/grub.d/*.cfg: path -> text (update-grub sources them after the main file)."""
 
     @property
     def configured(self) -> list[str]:
-        """Tokens the next boot gets from the file gpunode edits."""
+        """Tokens the next boot gets: /etc/kernel/cmdline, or GRUB_CMDLINE_LINUX_DEFAULT as
+        update-grub sees it after /etc/default/grub and every drop-in."""
         if self.systemd_boot:
             return split_cmdline(self.kernel_cmdline_text or "")
-        return split_cmdline(grub_cmdline_value(self.grub_default_text or ""))
+        return split_cmdline(self.grub_value(GRUB_CMDLINE_VAR)[0])
+
+    def grub_value(self, var: str, skip: tuple[str, ...] = ()) -> tuple[str, str | None]:
+        """(value of var as update-grub sees it, the file that set it last) (see
+        grub_effective_value); `skip` leaves drop-ins out (gpunode's own)."""
+        return grub_effective_value(self.grub_default_text or "", self.grub_dropins, var, skip)
+
+    def dropins_setting(self, var: str) -> list[str]:
+        """Drop-ins other than gpunode's that assign var, in the order update-grub reads them."""
+        return sorted(p for p, text in self.grub_dropins.items()
+                      if p != GPUNODE_GRUB_DROPIN and assigns(text, var))
 
 
 def split_cmdline(text: str) -> list[str]:
@@ -103,6 +122,45 @@ def grub_cmdline_value(text: str, var: str = GRUB_CMDLINE_VAR) -> str:
     return value
 
 
+def assigns(text: str, var: str) -> bool:
+    """True when the shell text assigns var at the start of a line."""
+    return any((m := _ASSIGNMENT.match(line)) and m.group(1) == var for line in text.splitlines())
+
+
+def grub_effective_value(
+    default_text: str, dropins: dict[str, str], var: str, skip: tuple[str, ...] = ()
+) -> tuple[str, str | None]:
+    """var after /etc/default/grub, then the drop-ins in name order, as update-grub sources
+    them: each assignment replaces the value, and "$var" / "${var}" in it stand for the value
+    so far (the usual append idiom). Returns (value, the file of the last assignment)."""
+    value, source = "", None
+    name = re.escape(var)
+    expansion = re.compile(rf"\$(?:\{{{name}\}}|{name}(?![A-Za-z0-9_]))")
+    files = [(GRUB_DEFAULT_FILE, default_text), *sorted(dropins.items())]
+    for path, text in files:
+        if path in skip:
+            continue
+        for line in text.splitlines():
+            match = _ASSIGNMENT.match(line)
+            if match and match.group(1) == var:
+                value = expansion.sub(value.replace("\\", "\\\\"), _unquote(match.group(2)))
+                source = path
+    return value, source
+
+
+def parse_grub_dropins(text: str) -> dict[str, str]:
+    """'==> PATH <==' headed file texts (the fact's listing of grub.d) -> {path: text}."""
+    files: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        header = _DROPIN_HEADER.match(line)
+        if header:
+            current = files.setdefault(header.group("path"), [])
+        elif current is not None:
+            current.append(line)
+    return {path: "\n".join(lines).rstrip("\n") + "\n" for path, lines in files.items()}
+
+
 def edit_grub_default(text: str, tokens: list[str], var: str = GRUB_CMDLINE_VAR) -> str:
     """Rewrite the last assignment of var with the tokens; add one if the file has none."""
     lines = text.splitlines(keepends=True)
@@ -130,6 +188,7 @@ def parse_cmdline_sections(text: str) -> CmdlineState:
         kernel_cmdline_text=kernel if sections.get("has_kernel_cmdline") else None,
         systemd_boot=boottool == "uefi" or "configured with: uefi" in status_text,
         esp_problems=parse_proxmox_boot_tool_status(status_text).esp_problems,
+        grub_dropins=parse_grub_dropins(sections.get("grub_dropins", "")),
     )
 
 
@@ -138,6 +197,11 @@ CMDLINE_COMMAND = "; ".join(
         section_command("proc_cmdline", "cat /proc/cmdline"),
         section_command("has_grub", f"test -f {GRUB_DEFAULT_FILE} && echo yes"),
         section_command("grub_default", f"cat {GRUB_DEFAULT_FILE}"),
+        section_command(
+            "grub_dropins",
+            f"for f in {GRUB_DROPIN_DIR}/*.cfg; do [ -f \"$f\" ] || continue; "
+            "printf '==> %s <==\\n' \"$f\"; cat \"$f\"; echo; done",
+        ),
         section_command("has_kernel_cmdline", f"test -f {KERNEL_CMDLINE_FILE} && echo yes"),
         section_command("kernel_cmdline", f"cat {KERNEL_CMDLINE_FILE}"),
         # stderr too: the tool prints skipped ESPs there (WARN ... does not exist, mount of

@@ -29,7 +29,7 @@ from gpunode.roles.facts.proxmox import (
 from gpunode.roles.facts.sections import as_model
 from gpunode.roles.ops import proxmox
 from gpunode.roles.ops.apt import apt_hold
-from gpunode.roles.ops.cmdline import kernel_cmdline
+from gpunode.roles.ops.cmdline import grub_dropin_note, kernel_cmdline, uses_systemd_boot
 from gpunode.roles.ops.cpu import cpu_cmdline_params
 from gpunode.roles.profile.loader import ProfileError
 from gpunode.roles.profile.node import NodeProfile
@@ -147,6 +147,11 @@ def kernel_boot(profile: NodeProfile) -> None:
         if pin.proxmox:
             proxmox.kernel_pin(name=f"Pin kernel {pin.version}", version=pin.version)
     grub_entry = pin.grub_entry if pin else None
+    state = as_model(CmdlineState, cached_fact(KernelCmdline))
+    if state.grub_default_text is not None and not uses_systemd_boot(state, profile.bootloader):
+        note = grub_dropin_note(state, grub_entry)
+        if note:
+            logger.info(f"{host.name}: {note}")
     if plan.params or grub_entry:
         kernel_cmdline(
             name="Persist kernel cmdline" + (" and default kernel" if grub_entry else ""),

@@ -1,6 +1,10 @@
 """Kernel command line persistence: token-level edits of the bootloader config.
 
-GRUB hosts: GRUB_CMDLINE_LINUX_DEFAULT in /etc/default/grub, then update-grub.
+GRUB hosts: GRUB_CMDLINE_LINUX_DEFAULT in /etc/default/grub, then update-grub. When a drop-in
+in /etc/default/grub.d/ sets GRUB_CMDLINE_LINUX_DEFAULT (or GRUB_DEFAULT, for a kernel pin) it
+overrides that file: then gpunode writes its own drop-in, zz-gpunode.cfg, read last, holding
+the value the files before it produce with gpunode's parameters merged in, and says which
+file made it necessary.
 systemd-boot hosts (Proxmox on ZFS/EFI): /etc/kernel/cmdline, then proxmox-boot-tool refresh.
 Each wanted `key=value` is set once (replaced in place or appended); the user's other tokens
 and lines stay. The file as gpunode first found it is kept for good under
@@ -21,6 +25,7 @@ from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operat
 
 from gpunode.roles.facts.cache import cached_fact, changes_fact
 from gpunode.roles.facts.cmdline import (
+    GPUNODE_GRUB_DROPIN,
     GRUB_CMDLINE_VAR,
     GRUB_DEFAULT_FILE,
     KERNEL_CMDLINE_FILE,
@@ -35,11 +40,14 @@ from gpunode.roles.facts.cmdline import (
 from gpunode.roles.facts.sections import as_model
 from gpunode.roles.ops.changes import report_change, shorten
 from gpunode.roles.ops.files import (
+    atomic_write_commands,
     backup_command,
     joined_command,
     keep_original_command,
     latest_backup,
+    render_template,
 )
+from gpunode.roles.ops.shell import argv_text
 
 _GRUB_DEFAULT_LINE = re.compile(r"^[ \t]*GRUB_DEFAULT=.*$", re.MULTILINE)
 
@@ -67,6 +75,54 @@ def replace_with_rollback(dest: str, text: str, refresh: str) -> list[Any]:
             f"{{ {refresh} || {{ cp -p {latest_backup(dest)} {q_dest}; "
             f"echo 'gpunode: {refresh.split()[0]} failed; {dest} restored from its backup' >&2; "
             "exit 1; }; }"
+        ),
+    ]
+
+
+def overriding_dropins(state: CmdlineState, entry: str | None) -> list[str]:
+    """Drop-ins (not gpunode's) that set what gpunode sets: the cmdline, GRUB_DEFAULT if
+    pinning."""
+    found = set(state.dropins_setting(GRUB_CMDLINE_VAR))
+    if entry:
+        found |= set(state.dropins_setting("GRUB_DEFAULT"))
+    return sorted(found)
+
+
+def uses_grub_dropin(state: CmdlineState, entry: str | None) -> bool:
+    """gpunode's drop-in is needed (another drop-in overrides), or already there."""
+    return bool(overriding_dropins(state, entry)) or GPUNODE_GRUB_DROPIN in state.grub_dropins
+
+
+def grub_dropin_note(state: CmdlineState, entry: str | None) -> str:
+    """Why gpunode's parameters are in its drop-in, naming the files; '' when they aren't."""
+    if not uses_grub_dropin(state, entry):
+        return ""
+    others = overriding_dropins(state, entry)
+    why = (f"{', '.join(others)} set(s) {GRUB_CMDLINE_VAR}"
+           f"{' or GRUB_DEFAULT' if entry else ''} after {GRUB_DEFAULT_FILE}" if others
+           else f"{GPUNODE_GRUB_DROPIN} was written by an earlier run")
+    return (f"GRUB: {why}: gpunode's kernel parameters are in {GPUNODE_GRUB_DROPIN}, which "
+            "update-grub reads last")
+
+
+def grub_dropin_text(state: CmdlineState, params: dict[str, str | None],
+                     entry: str | None) -> str:
+    """zz-gpunode.cfg: the cmdline the other files produce, gpunode's parameters merged in."""
+    before = split_cmdline(state.grub_value(GRUB_CMDLINE_VAR, skip=(GPUNODE_GRUB_DROPIN,))[0])
+    return render_template("grub/zz-gpunode.cfg.j2",
+                           cmdline=" ".join(merge_cmdline(before, params)), default_entry=entry)
+
+
+def grub_dropin_commands(dest: str, text: str, existed: bool) -> list[Any]:
+    """Write the drop-in whole, then update-grub; if that fails, put back the old drop-in (or
+    remove the new one) and fail naming the tool."""
+    q_dest = argv_text(dest)
+    restore = f"cp -p {latest_backup(dest)} {q_dest}" if existed else f"rm -f {q_dest}"
+    return [
+        *atomic_write_commands(text, dest, "644"),
+        StringCommand(
+            f"update-grub || {{ {restore}; "
+            f"echo 'gpunode: update-grub failed; {dest} put back as it was' >&2; exit 1; }}"
         ),
     ]
 
@@ -150,6 +206,9 @@ def kernel_cmdline(
             f"{host.name}: bootloader: no {GRUB_DEFAULT_FILE} on this host; install grub "
             "or set bootloader: systemd-boot"
         )
+    if uses_grub_dropin(state, grub_default_entry):
+        yield from _grub_dropin(state, params, grub_default_entry)
+        return
     text = new_grub_text(state, params, grub_default_entry)
     if text != state.grub_default_text:
         report_cmdline_changes(state.configured, split_cmdline(grub_cmdline_value(text)),
@@ -158,3 +217,23 @@ def kernel_cmdline(
         yield from replace_with_rollback(GRUB_DEFAULT_FILE, text, "update-grub")
     else:
         host.noop(f"{GRUB_DEFAULT_FILE} already has the parameters")
+
+
+def _grub_dropin(state: CmdlineState, params: dict[str, str | None], entry: str | None):
+    """The GRUB branch when a drop-in overrides /etc/default/grub (see the module docstring)."""
+    later = [p for p in overriding_dropins(state, entry) if p > GPUNODE_GRUB_DROPIN]
+    if later:
+        raise OperationError(
+            f"{host.name}: {', '.join(later)} sort(s) after {GPUNODE_GRUB_DROPIN} and set "
+            f"{GRUB_CMDLINE_VAR}: update-grub would let them win over gpunode's kernel "
+            "parameters; rename them to sort before zz-gpunode.cfg or move their settings there"
+        )
+    text = grub_dropin_text(state, params, entry)
+    old = state.grub_dropins.get(GPUNODE_GRUB_DROPIN)
+    note = grub_dropin_note(state, entry)
+    if text == old:
+        host.noop(f"{GPUNODE_GRUB_DROPIN} already has the parameters ({note})")
+        return
+    report_cmdline_changes(state.configured, split_cmdline(grub_cmdline_value(text)),
+                           f"{GPUNODE_GRUB_DROPIN} {GRUB_CMDLINE_VAR}")
+    yield from grub_dropin_commands(GPUNODE_GRUB_DROPIN, text, existed=old is not None)
