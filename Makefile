@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -ec
 
-.PHONY: install venv test test-lab unit lint lab lab-up lab-down
+.PHONY: install venv test test-lab unit lint typecheck lab lab-up lab-down
 
 install venv: $(VENV)/.installed
 
@@ -37,9 +37,14 @@ lint: $(VENV)/.installed
 unit: $(VENV)/.installed
 	$(PY) -m pytest tests/unit -q
 
-# The test command (CI runs it): lint, unit tier, lab tier on $(SUITE) (QEMU guest, real kernel).
-test: lint
-	$(PY) -m pytest -q -rs
+# mypy with the pydantic plugin ([tool.mypy] in pyproject.toml).
+typecheck: $(VENV)/.installed
+	$(VENV)/bin/mypy
+
+# The test command (CI runs it): lint, types, unit tier, lab tier on $(SUITE) (QEMU guest, real
+# kernel), then a coverage report of gpunode ([tool.coverage] in pyproject.toml).
+test: lint typecheck
+	$(PY) -m pytest -q -rs --cov
 
 # The lab tier alone (CI runs it once more with SUITE=bookworm).
 test-lab: $(VENV)/.installed

@@ -16,15 +16,21 @@ pyproject.toml), so an upgrade that changes one fails there and not in a deploy:
 - ``StateCallback``: the base class of a state callback handler (``add_callback_handler``);
 - ``current_op_hash``: the operation whose generator runs now (``Host.current_op_hash``);
 - ``checks_for_changes``: whether this run detects changes before executing (``--dry`` and
-  the interactive run) or executes at once (``-y``) (``State.check_for_changes``).
+  the interactive run) or executes at once (``-y``) (``State.check_for_changes``);
+- ``deploy``: pyinfra's ``@deploy``, typed as the function it wraps. pyinfra types a decorated
+  deploy or operation as ``PyinfraOperation``, whose ``__call__`` puts its global arguments
+  (``_sudo``, ...) before the function's own, so a positional call (``site_tuning(profile)``)
+  does not type-check. gpunode's operations are called with keywords (``name=``, then their
+  own), which pyinfra's typing checks as it is: they use pyinfra's ``@operation``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from pyinfra import state as _state_proxy
+from pyinfra.api import deploy as _pyinfra_deploy
 from pyinfra.api.state import BaseStateCallback, State, StateStage
 from pyinfra.context import ctx_host, ctx_state
 
@@ -33,6 +39,7 @@ __all__ = [
     "checks_for_changes",
     "current_op_hash",
     "current_state",
+    "deploy",
     "in_execute_stage",
     "inner_commands",
     "is_executing",
@@ -42,6 +49,13 @@ __all__ = [
 ]
 
 StateCallback = BaseStateCallback
+F = TypeVar("F", bound=Callable[..., None])
+
+
+def deploy(name: str) -> Callable[[F], F]:
+    """pyinfra's ``@deploy(name)``; the decorated function keeps its own signature for the
+    type checker (called with its own arguments, as gpunode's deploys call the roles)."""
+    return cast(Callable[[F], F], _pyinfra_deploy(name))
 
 
 def inner_commands(op: Callable[..., Any], **kwargs: Any) -> Iterator[Any]:

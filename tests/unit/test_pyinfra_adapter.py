@@ -9,6 +9,7 @@ import inspect
 import pytest
 from pyinfra.api import Config, FunctionCommand, Inventory, State, StringCommand, operation
 from pyinfra.api.connect import connect_all
+from pyinfra.api.deploy import add_deploy
 from pyinfra.api.operation import add_op
 from pyinfra.api.operations import run_ops
 from pyinfra.api.state import StateStage
@@ -129,3 +130,20 @@ def test_unproxied():
     real = State(Inventory((["@local"], {})), Config())
     with ctx_state.use(real):
         assert adapter.unproxied(proxy) is real
+
+
+def test_deploy_is_pyinfras_deploy(local):
+    state, host = local
+
+    @operation()
+    def echo(word: str):
+        yield StringCommand("echo", word)
+
+    @adapter.deploy("gpunode: test")
+    def role(word: str) -> None:
+        echo(name=f"Say {word}", word=word)
+
+    with ctx_state.use(state):
+        add_deploy(state, role, "hi")
+    (op_hash,) = state.get_op_order()
+    assert state.get_op_meta(op_hash).names == {"gpunode: test | Say hi"}

@@ -51,7 +51,8 @@ def parse_apt_madison(text: str) -> dict[str, list[str]]:
 class AptVersions(FactBase):
     """{package: [versions apt offers]} for the given package names ({} when none)."""
 
-    requires_command = "apt-cache"
+    def requires_command(self, *args: object, **kwargs: object) -> str:
+        return "apt-cache"
 
     @staticmethod
     def default() -> dict:

@@ -13,7 +13,8 @@ def parse_showhold(text: str) -> list[str]:
 class AptHolds(FactBase):
     """Packages on hold."""
 
-    requires_command = "apt-mark"
+    def requires_command(self, *args: object, **kwargs: object) -> str:
+        return "apt-mark"
 
     def command(self) -> str:
         return "apt-mark showhold"

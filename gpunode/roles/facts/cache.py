@@ -120,10 +120,13 @@ class FactCache(StateCallback):
     def declare(self, host_name: str, op_hash: str, change: FactChange) -> None:
         self.declared[(host_name, op_hash)].append(change)
 
-    def operation_host_success(self, state, host, op_hash, retry_count: int = 0) -> None:
+    # pyinfra declares the handlers static and calls them on the handler instance.
+    def operation_host_success(  # type: ignore[override]
+        self, state: Any, host: Any, op_hash: Any, retry_count: int = 0
+    ) -> None:
         self.pending[host.name].append((state, host, op_hash))
 
-    def operation_host_error(self, state, host, op_hash, *args) -> None:
+    def operation_host_error(self, state: Any, host: Any, op_hash: Any, *args: Any) -> None:  # type: ignore[override]
         self.invalidate(host.name)
 
 

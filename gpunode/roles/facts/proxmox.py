@@ -308,8 +308,8 @@ def parse_proxmox_kernel_list(text: str) -> tuple[list[str], str | None]:
         for kernel in sections.get(key, []):
             if kernel not in kernels:
                 kernels.append(kernel)
-    pinned = sections.get("pinned") or [None]
-    return kernels, pinned[0]
+    pinned = sections.get("pinned") or []
+    return kernels, pinned[0] if pinned else None
 
 
 BOOT_TOOL_SECTION_MARKER = "--- gpunode: proxmox-boot-tool kernel list ---"
@@ -320,7 +320,8 @@ def parse_proxmox_boot_tool(text: str) -> ProxmoxBootInfo:
     status_text, _, list_text = (text or "").partition(BOOT_TOOL_SECTION_MARKER)
     status = parse_proxmox_boot_tool_status(status_text)
     kernels, pinned = parse_proxmox_kernel_list(list_text)
-    next_boot = (_kernel_list_sections(list_text).get("next_boot") or [None])[0]
+    next_boots = _kernel_list_sections(list_text).get("next_boot") or []
+    next_boot = next_boots[0] if next_boots else None
     if not status.present and (kernels or pinned):
         status = BootToolStatus(present=True, mode="unknown")
     return ProxmoxBootInfo(status=status, kernels=kernels, pinned=pinned, next_boot=next_boot)

@@ -11,7 +11,6 @@ cpufreq governor (sysfs + boot unit; the cmdline half is in gpunode/roles/kernel
 from __future__ import annotations
 
 from pyinfra import host, logger
-from pyinfra.api import deploy
 from pyinfra.facts.files import Directory
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
@@ -28,6 +27,7 @@ from gpunode.roles.ops.apt import packages_present
 from gpunode.roles.ops.files import template_file
 from gpunode.roles.ops.services import unit_enabled_and_running
 from gpunode.roles.profile.node import BEST_EFFORT_SYSCTLS, NodeProfile
+from gpunode.roles.pyinfra_adapter import deploy
 
 SYSCTL_FILE = "/etc/sysctl.d/90-gpunode.conf"
 MODULES_FILE = "/etc/modules-load.d/gpunode.conf"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 from pyinfra import host, logger
-from pyinfra.api import deploy
 from pyinfra.operations import server
 
 from gpunode.roles.facts.apt import AptHolds
@@ -33,6 +32,7 @@ from gpunode.roles.ops.cmdline import grub_dropin_note, kernel_cmdline, uses_sys
 from gpunode.roles.ops.cpu import cpu_cmdline_params
 from gpunode.roles.profile.loader import ProfileError
 from gpunode.roles.profile.node import NodeProfile
+from gpunode.roles.pyinfra_adapter import deploy
 
 DEBIAN_GRUB_ENTRY = "Advanced options for Debian GNU/Linux>Debian GNU/Linux, with Linux {version}"
 

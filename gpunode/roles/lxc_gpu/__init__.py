@@ -23,8 +23,6 @@ container through ``pct exec`` (the ``container`` role).
 
 from __future__ import annotations
 
-from pyinfra.api import deploy
-
 from gpunode.roles.lxc_gpu.ops import (
     container_config_lines,
     container_created,
@@ -32,6 +30,7 @@ from gpunode.roles.lxc_gpu.ops import (
     container_restarted,
 )
 from gpunode.roles.profile.container import ContainerSpec
+from gpunode.roles.pyinfra_adapter import deploy
 
 __all__ = ["lxc_gpu"]
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 from tempfile import mkstemp
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pyinfra.api import QuoteString, StringCommand
 from pyinfra.api.exceptions import ConnectError, InventoryError
@@ -30,8 +30,10 @@ from pyinfra.connectors.ssh import SSHConnector
 from pyinfra.connectors.util import extract_control_arguments, make_unix_command_for_host
 
 if TYPE_CHECKING:
+    from pyinfra.api.arguments import ConnectorArguments
     from pyinfra.api.host import Host
     from pyinfra.api.state import State
+    from typing_extensions import Unpack
 
 __all__ = [
     "PctConnector",
@@ -105,7 +107,7 @@ class PctConnector(BaseConnector):
     def vmid(self) -> int:
         return int(self.host.data.get("pct_vmid"))
 
-    def _host_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
+    def _host_arguments(self, arguments: ConnectorArguments) -> ConnectorArguments:
         host_arguments = extract_control_arguments(arguments)
         if self.host.data.get("pct_sudo"):
             host_arguments["_sudo"] = True
@@ -135,7 +137,7 @@ class PctConnector(BaseConnector):
         command,
         print_output: bool = False,
         print_input: bool = False,
-        **arguments,
+        **arguments: Unpack[ConnectorArguments],
     ):
         host_arguments = self._host_arguments(arguments)
         inner = make_unix_command_for_host(self.state, self.host, command, **arguments)
@@ -158,7 +160,7 @@ class PctConnector(BaseConnector):
         remote_temp_filename=None,
         print_output: bool = False,
         print_input: bool = False,
-        **arguments,
+        **arguments: Unpack[ConnectorArguments],
     ):
         fd, local_temp = mkstemp()
         host_temp = remote_temp_filename or self.host.get_temp_filename(local_temp)
@@ -189,7 +191,7 @@ class PctConnector(BaseConnector):
         remote_temp_filename=None,
         print_output: bool = False,
         print_input: bool = False,
-        **arguments,
+        **arguments: Unpack[ConnectorArguments],
     ):
         host_temp = remote_temp_filename or self.host.get_temp_filename(remote_filename)
         try:

@@ -106,7 +106,9 @@ def read_host_facts(host: Any, raw: Any) -> HostFacts:
     facts.numa = as_model(GpuNuma, host.get_fact(GpuNumaTopology))
     for item in raw if isinstance(raw, list) else []:
         vmid = item.get("vmid") if isinstance(item, Mapping) else None
-        guest = guests.get(vmid) if isinstance(vmid, int) else None
+        if not isinstance(vmid, int):
+            continue
+        guest = guests.get(vmid)
         if guest is not None and guest.kind == "ct" and guest.node == facts.node:
             facts.configs[vmid] = host.get_fact(PveLxcConfigText, vmid=vmid)
     return facts

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 from pyinfra import host, logger
-from pyinfra.api import deploy
 from pyinfra.operations import server
 
 from gpunode.roles.facts.apt import AptHolds
@@ -40,6 +39,7 @@ from gpunode.roles.ops.apt import apt_hold
 from gpunode.roles.ops.nvidia_pin import NVIDIA_PATTERNS, PREFERENCES_FILE, nvidia_pin
 from gpunode.roles.ops.shell import argv_text
 from gpunode.roles.profile.node import NodeProfile
+from gpunode.roles.pyinfra_adapter import deploy
 
 
 class DriverPlan(BaseModel):

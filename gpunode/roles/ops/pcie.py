@@ -62,7 +62,8 @@ def devices_to_write(
     devices: list[PcieDevice], selector: PcieSelector, size: int, refused: dict[str, int]
 ) -> tuple[list[PcieDevice], list[PcieDevice]]:
     """(devices whose MaxReadReq differs and may be written, devices that refused `size`)."""
-    todo, refusing = [], []
+    todo: list[PcieDevice] = []
+    refusing: list[PcieDevice] = []
     for device in selected_devices(devices, selector):
         if device.devctl_max_read_req == size:
             continue

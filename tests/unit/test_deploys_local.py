@@ -1,0 +1,110 @@
+"""Every deploy file, `pyinfra --dry @local deploy/X.py`, in this process (so the deploys and
+roles count for coverage): real facts of this machine (no GPU, no Proxmox, maybe no systemd),
+nothing executed. What must hold on any machine: no traceback, exit 0, the roles' operations
+in the plan, and the refusals a host without Proxmox gets.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pyinfra
+import pytest
+from click.testing import CliRunner
+from pyinfra.context import ctx_config, ctx_host, ctx_inventory, ctx_state
+from pyinfra_cli.cli import cli
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def _cli_mode(monkeypatch):
+    monkeypatch.chdir(REPO)
+    monkeypatch.setattr(pyinfra, "is_cli", True)
+    yield
+    for context in (ctx_state, ctx_host, ctx_inventory, ctx_config):
+        context.reset()
+
+
+def dry_run(tmp_path: Path, deploy: str, data: dict, exit_code: int = 0) -> str:
+    """The log of `pyinfra --dry INVENTORY deploy` with @local given data."""
+    inventory = tmp_path / "inventory.py"
+    inventory.write_text(f"hosts = [('@local', {data!r})]\n")
+    result = CliRunner().invoke(cli, [str(inventory), deploy, "--dry"], env=os.environ)
+    log = result.output
+    assert "Traceback" not in log, log
+    assert result.exit_code == exit_code, log + repr(result.exception)
+    return log
+
+
+PINNED = {
+    "gpunode": {
+        "nvidia_driver": "550.127.05",
+        "cmdline": {"iommu": "pt"},
+        "bootloader": "auto",
+    }
+}
+
+
+def test_site_plans_every_role(tmp_path):
+    log = dry_run(tmp_path, "deploy/site.py", PINNED)
+    for operation in ("gpunode: host tuning", "Write /etc/sysctl.d/90-gpunode.conf",
+                      "Set governor performance", "gpunode: kernel cmdline and reboot",
+                      "Verify the live node against the profile"):
+        assert operation in log, operation
+    # No NVIDIA package on this machine: reported, not changed (nvidia_driver_change false).
+    assert "NVIDIA driver 550.127.05 wanted; installed: none" in log
+    assert "set nvidia_driver_change: true to install it" in log
+
+
+def test_site_with_a_driver_change_installs_the_pinned_version(tmp_path):
+    data = {"gpunode": {**PINNED["gpunode"], "nvidia_driver_change": True}}
+    log = dry_run(tmp_path, "deploy/site.py", data)
+    assert "Install NVIDIA driver 550.127.05" in log
+    assert "Release NVIDIA holds for the change" in log
+
+
+def test_site_refuses_to_pin_a_kernel_that_is_not_installed(tmp_path):
+    data = {"gpunode": {"kernel_pin": "6.8.12-9-pve"}}
+    log = dry_run(tmp_path, "deploy/site.py", data, exit_code=1)
+    assert "gpunode.kernel_pin: '6.8.12-9-pve' is not an installed kernel" in log
+
+
+def test_host_deploy_tunes_and_verifies_only(tmp_path):
+    log = dry_run(tmp_path, "deploy/host.py", {})
+    assert "gpunode: host tuning" in log and "Verify the live node" in log
+    assert "kernel cmdline" not in log
+
+
+def test_containers_deploy_without_containers_does_nothing(tmp_path):
+    log = dry_run(tmp_path, "deploy/containers.py", {})
+    assert "gpunode: GPU containers" not in log
+
+
+def test_audit_deploy_reports_this_machine(tmp_path):
+    data = {"report": "json", "report_dir": str(tmp_path / "reports")}
+    log = dry_run(tmp_path, "deploy/audit.py", data)
+    assert "@local: READY" in log or "@local: NOT READY" in log
+    assert (tmp_path / "reports" / "@local.json").exists()
+
+
+def test_containers_deploy_inside_a_container_pins_installs_and_verifies(tmp_path):
+    """@local as a container reached over SSH: the container role plans its pin, install and
+    read-back (with --dry nothing is installed; apt offers no NVIDIA package here)."""
+    data = {"gpunode_container": {"nvidia_driver": "550.127.05", "gpus": 1}}
+    log = dry_run(tmp_path, "deploy/containers.py", data)
+    for operation in ("gpunode: NVIDIA userspace in the container",
+                      "Write /etc/apt/preferences.d/90-gpunode-nvidia.pref",
+                      "Install NVIDIA userspace 550.127.05 (no kernel module)",
+                      "Hold NVIDIA userspace 550.127.05",
+                      "Verify the container: GPUs, memlock, driver"):
+        assert operation in log, operation
+
+
+def test_containers_deploy_refuses_containers_on_a_host_without_proxmox(tmp_path):
+    spec = {"vmid": 110, "hostname": "llm-a", "gpus": [0],
+            "ostemplate": "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"}
+    log = dry_run(tmp_path, "deploy/containers.py", {"gpunode_containers": [spec]}, exit_code=1)
+    assert "@local is not a Proxmox VE host (no `pct` command)" in log
+    assert "nothing was changed" in log
