@@ -16,6 +16,7 @@ the node, each under `timeout`, and returns their output for these parsers.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from pydantic import Field
 from pyinfra.api import FactBase
@@ -199,7 +200,7 @@ def parse_bandwidth_results(text: str) -> BandwidthResults:
     sections = split_sections(text or "")
     ran: list[str] = []
     errors: dict[str, str] = {}
-    parsed: dict[str, object] = {}
+    parsed: dict[str, Any] = {}
     for name, tool, parse in (("p2p", "p2pBandwidthLatencyTest", parse_p2p_bandwidth),
                               ("all_reduce", "all_reduce_perf", parse_nccl_perf),
                               ("sendrecv", "sendrecv_perf", parse_nccl_perf)):

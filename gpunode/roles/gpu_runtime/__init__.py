@@ -13,7 +13,6 @@ Why each: gpunode/roles/profile/node.py (the field descriptions).
 from __future__ import annotations
 
 from pyinfra import host, logger
-from pyinfra.api import deploy
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from gpunode.roles.facts.bundle import FactRead
@@ -25,6 +24,7 @@ from gpunode.roles.ops.apt import packages_present
 from gpunode.roles.ops.services import unit_enabled_and_running
 from gpunode.roles.profile.loader import ProfileError
 from gpunode.roles.profile.node import NodeProfile
+from gpunode.roles.pyinfra_adapter import deploy
 
 PERSISTENCED_PACKAGE = "nvidia-persistenced"
 PERSISTENCED_UNIT = "nvidia-persistenced.service"

@@ -89,7 +89,8 @@ def format_cpulist(cpus: Iterable[int]) -> str:
     """[0, 1, 2, 3, 8] -> ``0-3,8`` (the kernel's own short form)."""
     ordered = sorted(set(cpus))
     parts: list[str] = []
-    start = prev = None
+    start: int | None = None
+    prev = 0
     for cpu in ordered:
         if start is None:
             start = prev = cpu

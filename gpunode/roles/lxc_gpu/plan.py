@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpunode.roles.lxc_gpu import pve_config
 from gpunode.roles.lxc_gpu.numa import GpuNuma, local_cpuset
@@ -210,7 +211,7 @@ def plan_container(
 ) -> ContainerPlan:
     """Plan one container. ``config_text`` is /etc/pve/lxc/VMID.conf (None: absent)."""
     plan = ContainerPlan(vmid=spec.vmid)
-    facts = {"pve_version": pve_version, "numa": numa}
+    facts: dict[str, Any] = {"pve_version": pve_version, "numa": numa}
 
     if config_text is None:
         plan.create = pct_create_args(spec)
@@ -287,7 +288,7 @@ def restart_reasons(
       (an NVIDIA mount, allow, memlock or cpuset line) is still live.
       None (file unreadable) falls back to: would gpunode edit the config?
     """
-    facts = {"pve_version": pve_version, "numa": numa}
+    facts: dict[str, Any] = {"pve_version": pve_version, "numa": numa}
     reasons: list[str] = []
     text = config_text if config_text is not None else ""
     result = take_over(text, spec, majors, devices, **facts)

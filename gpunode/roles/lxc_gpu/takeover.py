@@ -187,7 +187,9 @@ def passthrough_style(choice: str, pve_manager_version: str | None) -> tuple[str
 
 def _version_at_least(version: str | None, wanted: tuple[int, int]) -> bool:
     match = re.match(r"^(\d+)\.(\d+)", version or "")
-    return bool(match) and (int(match.group(1)), int(match.group(2))) >= wanted
+    if match is None:
+        return False
+    return (int(match.group(1)), int(match.group(2))) >= wanted
 
 
 # --- what the container needs ---------------------------------------------------------------

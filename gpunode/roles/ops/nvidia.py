@@ -8,6 +8,8 @@ operation with the GPU, the value asked and the value read.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 from pyinfra.api.exceptions import OperationValueError
@@ -17,7 +19,7 @@ from gpunode.roles.facts.cache import cached_fact, changes_fact
 from gpunode.roles.facts.nvidia import NvidiaGpu, NvidiaSmi, NvidiaSmiReport
 from gpunode.roles.facts.sections import as_model
 
-PowerSetting = int | str | dict[int, int | str]
+PowerSetting = int | str | Mapping[int, int | str]
 
 
 def _watts(gpu: NvidiaGpu, value: int | str) -> float | None:
@@ -35,7 +37,7 @@ def power_limit_targets(setting: PowerSetting, gpus: list[NvidiaGpu]
     A problem names the GPU, the value and the allowed range (or why it is unknown); a
     per-index setting for a GPU that is not there is a problem too."""
     by_index = {g.index: g for g in gpus}
-    wanted = setting if isinstance(setting, dict) else {g.index: setting for g in gpus}
+    wanted = setting if isinstance(setting, Mapping) else {g.index: setting for g in gpus}
     targets: dict[int, int] = {}
     problems: list[str] = []
     for index, value in sorted(wanted.items()):
