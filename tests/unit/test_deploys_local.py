@@ -54,8 +54,8 @@ def test_site_plans_every_role(tmp_path):
                       "Verify the live node against the profile"):
         assert operation in log, operation
     # No NVIDIA package on this machine: reported, not changed (nvidia_driver_change false).
-    assert "NVIDIA driver 550.127.05 wanted; installed: none" in log
-    assert "set nvidia_driver_change: true to install it" in log
+    assert "NVIDIA driver 550.127.05 wanted" in log
+    assert "set nvidia_driver_change: true" in log
 
 
 def test_site_with_a_driver_change_installs_the_pinned_version(tmp_path):
