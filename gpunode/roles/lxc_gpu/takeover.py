@@ -417,7 +417,7 @@ def _converge_node(
         edit.drop.add(i)
         if keeper is not None:
             why = f"{node.path} is already passed by: {lines[keeper].raw}"
-        elif _rank(node, line, want)[0] < 3:
+        elif replaced is not None and _rank(node, line, want)[0] < 3:
             why = f"{node.path} is passed once, by the line that replaces {lines[replaced].raw}"
         else:
             why = _bad_reason(node, line)
