@@ -13,7 +13,7 @@ changes it) and yields only what is needed; converged, it yields nothing and say
 from __future__ import annotations
 
 from pyinfra import host, logger
-from pyinfra.api import OperationError, StringCommand, operation
+from pyinfra.api import OperationError, operation
 
 from gpunode.roles.container.defaults import DEFAULT_PACKAGES
 from gpunode.roles.container.facts import AptVersions, ContainerGpuState
@@ -21,6 +21,7 @@ from gpunode.roles.container.plan import container_checks, install_command, user
 from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.facts.dpkg import InstalledPackages
 from gpunode.roles.facts.sections import fact_data
+from gpunode.roles.ops.apt import checked_apt_update
 from gpunode.roles.profile.check import summary_lines
 from gpunode.roles.pyinfra_adapter import is_executing
 
@@ -50,7 +51,8 @@ def nvidia_userspace(version: str, packages: list[str], container: str = ""):
     if plan.refusal is not None:
         # apt's lists may just be old (a fresh container has none): refresh once and look again.
         # Offline or a broken source: carry on, the second look says what apt has.
-        yield StringCommand("apt-get update -q || true")
+        # A rejected source signature is named with its fix if the version is still missing.
+        update_errors = yield from checked_apt_update()
         if not is_executing():
             yield install_command(packages, version)
             return
@@ -58,7 +60,9 @@ def nvidia_userspace(version: str, packages: list[str], container: str = ""):
         available = dict(fact_data(host.get_fact(AptVersions, packages=packages)) or {})
         plan = userspace_plan(name, version, packages, installed, available)
         if plan.refusal is not None:
-            raise OperationError(plan.refusal)
+            raise OperationError("\n".join([plan.refusal, *update_errors]))
+        for error in update_errors:
+            logger.warning(error)
     yield install_command(packages, version)
 
 

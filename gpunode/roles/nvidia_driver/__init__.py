@@ -35,7 +35,7 @@ from gpunode.roles.facts.owned import OwnedFiles
 from gpunode.roles.facts.pcie import PcieDevice, PcieDevices
 from gpunode.roles.facts.sections import as_model, as_models, fact_data
 from gpunode.roles.nvidia_driver.packages import driver_release_packages
-from gpunode.roles.ops.apt import apt_hold
+from gpunode.roles.ops.apt import apt_hold, apt_update
 from gpunode.roles.ops.nvidia_pin import NVIDIA_PATTERNS, PREFERENCES_FILE, nvidia_pin
 from gpunode.roles.ops.shell import argv_text
 from gpunode.roles.profile.node import NodeProfile
@@ -130,9 +130,10 @@ def nvidia_driver(profile: NodeProfile) -> None:
             version = f"={profile.nvidia_driver}*" if profile.nvidia_driver else ""
             apt_hold(name="Release NVIDIA holds for the flavour change",
                      packages=sorted(set(packages)), held=False)
+            apt_update(name="apt-get update (rejected signatures named with their fix)")
             server.shell(
                 name=f"Install the {wanted} NVIDIA kernel modules ({' '.join(packages)})",
-                commands=["apt-get update -q && DEBIAN_FRONTEND=noninteractive "
+                commands=["DEBIAN_FRONTEND=noninteractive "
                           + argv_text("apt-get", "install", "-y",
                                       *(f"{p}{version}" for p in packages))],
             )
@@ -154,9 +155,10 @@ def nvidia_driver(profile: NodeProfile) -> None:
         packages = sorted(plan.installed) or packages_to_install(profile, wanted)
         nvidia_pin(plan.wanted)
         apt_hold(name="Release NVIDIA holds for the change", packages=packages, held=False)
+        apt_update(name="apt-get update (rejected signatures named with their fix)")
         server.shell(
             name=f"Install NVIDIA driver {plan.wanted}",
-            commands=["apt-get update -q && DEBIAN_FRONTEND=noninteractive "
+            commands=["DEBIAN_FRONTEND=noninteractive "
                       + argv_text("apt-get", "install", "-y", "--allow-downgrades", *packages)],
         )
         apt_hold(name=f"Hold NVIDIA driver {plan.wanted} packages", packages=packages)

@@ -1,6 +1,7 @@
 """The container role's decisions: driver version match or refusal, the install line, the
 read-back checks, and which inventory hosts are containers."""
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -22,7 +23,11 @@ from gpunode.roles.container.inventory import (
     validate_container_targets,
 )
 from gpunode.roles.container.plan import container_checks, install_command, userspace_plan
+from gpunode.roles.facts.apt_sources import parse_apt_update_log, parse_sources_list
 from gpunode.roles.lxc_gpu.validate import ContainerDeployError
+from gpunode.roles.ops.apt import APT_UPDATE_COMMAND
+
+DATA = Path(__file__).resolve().parents[2] / "data"
 
 CUDA = "https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64  Packages"
 DEBIAN = "http://deb.debian.org/debian bookworm/non-free"
@@ -86,6 +91,7 @@ def test_refusal_after_a_fresh_look_when_executing(monkeypatch):
     facts = {
         "dpkg.InstalledPackages": {"patterns=['libcuda1']": {}},
         "facts.AptVersions": {"packages=['libcuda1']": {"libcuda1": ["535.216.01-1~deb12u1"]}},
+        "apt_sources.AptUpdateLog": {"rc": 0, "problems": [], "tail": []},
     }
     state = FakeState()
     monkeypatch.setattr(state, "is_executing", True, raising=False)
@@ -94,8 +100,36 @@ def test_refusal_after_a_fresh_look_when_executing(monkeypatch):
     with ctx_state.use(state), ctx_host.use(host), pytest.raises(OperationError) as info:
         for command in ops.nvidia_userspace._inner("550.127.05", ["libcuda1"], "CT 110"):
             commands.append(command.get_raw_value())
-    assert commands == ["apt-get update -q || true"]
+    assert commands == [APT_UPDATE_COMMAND]
     assert "CT 110: refusing" in str(info.value) and "libcuda1: 535.216.01" in str(info.value)
+
+
+def test_refusal_names_a_rejected_repository_signature(monkeypatch):
+    """The CUDA repository's SHA1-bound key rejected by apt 3 (a real apt-get update, see
+    tests/data/apt): the refusal says so, with the repository, its file and the fix."""
+    log = (DATA / "apt" / "apt_update_sqv_sha1_cuda_ubuntu2404.txt").read_text()
+    result = parse_apt_update_log(log + "gpunode-apt-update-rc=100\n")
+    source = "deb [signed-by=/k.gpg] https://developer.download.nvidia.com/compute/cuda/repos/" \
+        "ubuntu2404/x86_64/ /\n"
+    facts = {
+        "dpkg.InstalledPackages": {"patterns=['libcuda1']": {}},
+        "facts.AptVersions": {"packages=['libcuda1']": {}},
+        "apt_sources.AptUpdateLog": result.to_json(),
+        "apt_sources.AptSources": [s.to_json() for s in parse_sources_list(
+            source, "/etc/apt/sources.list.d/cuda-ubuntu2404-x86_64.list")],
+    }
+    state = FakeState()
+    monkeypatch.setattr(state, "is_executing", True, raising=False)
+    host = create_host(state, facts=facts)
+    with ctx_state.use(state), ctx_host.use(host), pytest.raises(OperationError) as info:
+        list(ops.nvidia_userspace._inner("550.127.05", ["libcuda1"], "CT 110"))
+    message = str(info.value)
+    assert "CT 110: refusing" in message
+    assert ("apt rejects the signature of https://developer.download.nvidia.com/compute/cuda/"
+            "repos/ubuntu2404/x86_64 (defined in /etc/apt/sources.list.d/"
+            "cuda-ubuntu2404-x86_64.list, key EB693B3035CD5710E231E123A4B469963BF863CC): SHA1 "
+            "is not considered secure since 2026-02-01T00:00:00Z") in message
+    assert "debian13" in message
 
 
 STATE_OK = """== smi
