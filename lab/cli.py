@@ -11,8 +11,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from lab.image import ensure_host_tools, ensure_image
-from lab.vm import LabNotRunning, LabVM, default_run_dir, qemu_args, read_state
+from lab.image import LabImageError, ensure_host_tools, ensure_image
+from lab.vm import LabNotRunning, LabVM, LabVMError, default_run_dir, qemu_args, read_state
 
 
 def _cmd_build(args: argparse.Namespace) -> int:
@@ -114,3 +114,17 @@ def main(argv: list[str] | None = None) -> int:
     except LabNotRunning as exc:
         print(str(exc), file=sys.stderr)
         return 1
+    except (LabVMError, LabImageError) as exc:  # an error a person reads, not a traceback
+        print(f"lab: {exc}\n{error_hint(exc)}", file=sys.stderr)
+        return 1
+
+
+def error_hint(exc: Exception) -> str:
+    """What to do about a lab error."""
+    if isinstance(exc, LabImageError):
+        return ("Fix: read the log named above; as root, with apt reachable, "
+                "`python -m lab build --rebuild` starts the build again.")
+    load = os.getloadavg()[0]
+    return (f"Fix: the guest boots slowly when the machine is busy (load now {load:.1f} on "
+            f"{os.cpu_count()} CPUs): `python -m lab down`, then `python -m lab up --timeout 900`; "
+            "the guest's console is console.log in the run dir.")

@@ -8,17 +8,21 @@ import json
 import os
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab.progress import DebootstrapStages, Heartbeat, follow_file, stream_lines
+
 BUILD_SCRIPT = Path(__file__).with_name("build_image.sh")
 CACHE_ENV = "GPUNODE_LAB_CACHE"
 SUITE_ENV = "GPUNODE_LAB_SUITE"
 SUITES = ("trixie", "bookworm")  # Debian 13 (Proxmox VE 9, the default), Debian 12 (VE 8)
 HOST_TOOLS = ("qemu-system-x86_64", "qemu-img")
+WORK_PREFIX = "gpunode-lab-build."  # build_image.sh: WORK=$(mktemp -d .../gpunode-lab-build.XXXXXX)
 
 
 class LabImageError(RuntimeError):
@@ -125,19 +129,49 @@ def _build(image: LabImage) -> None:
 
 
 def _run_script(args: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+    """Run build_image.sh: every line to log, its `[lab-build ...]` lines and debootstrap's
+    stages to the terminal, a heartbeat while it is silent; on failure the log's tail and path."""
     log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as out:
-        proc = subprocess.run(
+    what = "installing the lab's host tools" if args == ["--deps"] else "building the lab image"
+    print(f"lab: {what} (full log: {log})", flush=True)
+    full_env = {**os.environ, **(env or {})}
+    stop = threading.Event()
+    with log.open("w") as out, Heartbeat(what) as beat:
+        stages = DebootstrapStages()
+
+        def show_stage(line: str) -> None:
+            text = stages.feed(line)
+            if text:
+                beat.say(f"  [lab-build] debootstrap: {text}", what=f"debootstrap: {text}")
+
+        # build_image.sh keeps debootstrap's own log in its work dir; builds are serialized by
+        # the image lock, so the newest such log is this build's.
+        follower = threading.Thread(target=follow_file, daemon=True, args=(
+            f"{WORK_PREFIX}*/debootstrap.log", Path(full_env.get("TMPDIR") or "/var/tmp"),
+            time.time() - 1, stop, show_stage))
+        follower.start()
+        proc = subprocess.Popen(
             ["bash", str(BUILD_SCRIPT), *args],
-            stdout=out,
+            stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
-            env={**os.environ, **(env or {})},
-            check=False,
+            env=full_env,
+            text=True,
+            errors="replace",
         )
-    if proc.returncode != 0:
+        assert proc.stdout is not None
+        stream_lines(proc.stdout, out, beat, _shown_build_line)
+        returncode = proc.wait()
+        stop.set()
+        follower.join(timeout=5)
+    if returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").splitlines()[-40:])
         raise LabImageError(f"build_image.sh {' '.join(args)} failed (log {log}):\n{tail}")
+
+
+def _shown_build_line(line: str) -> str | None:
+    """The build script's own progress lines; everything else stays in the log."""
+    return f"  {line}" if line.startswith("[lab-build") else None
 
 
 def _prune_old_images(keep: LabImage) -> None:

@@ -12,9 +12,9 @@ Fault tests add GPUNODE_LAB_CMDLINE="key=value" (one more cmdline parameter),
 GPUNODE_LAB_REBOOT_TIMEOUT (seconds), GPUNODE_LAB_BOOTLOADER (grub or systemd-boot: the
 Proxmox path, /etc/kernel/cmdline + proxmox-boot-tool refresh), GPUNODE_LAB_KERNEL_PIN=none
 (no kernel pin), GPUNODE_LAB_NVIDIA_DRIVER=VERSION (the apt pin and hold of a stand-in NVIDIA
-package, tests/lab/test_nvidia_pin.py) and GPUNODE_LAB_ACS_REDIRECT=off (clear ACS redirect on
-the stand-ins' root ports: QEMU's pcie-root-port has a writable ACS capability) through the
-environment.
+package, tests/lab/test_nvidia_pin.py), GPUNODE_LAB_ACS_REDIRECT=off (clear ACS redirect on
+the stand-ins' root ports: QEMU's pcie-root-port has a writable ACS capability) and
+GPUNODE_LAB_VERIFY_TIMER=1 (install gpunode-verify.timer) through the environment.
 """
 
 from __future__ import annotations
@@ -46,6 +46,8 @@ def lab_profile_data(environ: dict[str, str] | None = None) -> dict[str, Any]:
         data["nvidia_driver"] = env["GPUNODE_LAB_NVIDIA_DRIVER"]
     if env.get("GPUNODE_LAB_ACS_REDIRECT"):
         data["pcie_acs_redirect"] = env["GPUNODE_LAB_ACS_REDIRECT"]
+    if env.get("GPUNODE_LAB_VERIFY_TIMER") == "1":
+        data["verify_timer"] = True
     if env.get("GPUNODE_LAB_REBOOT_TIMEOUT"):
         data["reboot_timeout"] = int(env["GPUNODE_LAB_REBOOT_TIMEOUT"])
     return data

@@ -11,21 +11,26 @@ from gpunode.roles.audit.verify import verify_node, verify_prefetch
 from gpunode.roles.facts.cache import prefetch
 from gpunode.roles.gpu_runtime import gpu_runtime, gpu_runtime_problems, gpu_runtime_reads
 from gpunode.roles.host_tuning import host_tuning, host_tuning_reads
-from gpunode.roles.kernel import kernel_boot, kernel_reads
+from gpunode.roles.kernel import kernel_boot, kernel_pin_for_host, kernel_reads
 from gpunode.roles.nvidia_driver import nvidia_driver, nvidia_driver_reads
 from gpunode.roles.profile.loader import validate_hosts
+from gpunode.roles.verify_timer import verify_timer, verify_timer_reads
 
 
 def site() -> None:
-    """Host tuning, GPU runtime, NVIDIA driver pin and flavour, kernel cmdline and pin (reboot
-    if allowed), verify."""
+    """Host tuning, GPU runtime, NVIDIA driver pin and flavour, the verify timer (opt-in),
+    kernel cmdline and pin (reboot if allowed), verify."""
     profile = validate_hosts(state.inventory)[host.name]
     prefetch([*host_tuning_reads(profile), *gpu_runtime_reads(profile),
-              *nvidia_driver_reads(profile), *kernel_reads(profile), *verify_prefetch(profile)])
+              *nvidia_driver_reads(profile), *kernel_reads(profile), *verify_prefetch(profile),
+              *verify_timer_reads(profile)])
     gpu_runtime_problems(host.name, profile)  # refuses before any change
 
     host_tuning(profile)
     gpu_runtime(profile)
     nvidia_driver(profile)
+    if profile.verify_timer:
+        pin = kernel_pin_for_host(profile)
+        verify_timer(profile, kernel_pin=pin.version if pin else None)
     kernel_boot(profile)
     verify_node(name="Verify the live node against the profile", profile=profile)

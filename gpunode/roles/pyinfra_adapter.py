@@ -11,6 +11,8 @@ pyproject.toml), so an upgrade that changes one fails there and not in a deploy:
   set by pyinfra's run_ops) or the CLI reached its execute stage (``State.current_stage``);
 - ``operation_changed``: whether a finished operation changed its host
   (``state.ops[host][op_hash].operation_meta``);
+- ``operation_results``: what the operations finished so far did on a host (changed, unchanged,
+  failed; ``state.get_op_order()``, ``state.ops[host]``, ``state.get_op_meta(op_hash).names``);
 - ``current_state`` / ``run_store``: the State of this run (``ctx_state``) and a dict kept on
   it, behind pyinfra's context proxy (``_get_module``);
 - ``StateCallback``: the base class of a state callback handler (``add_callback_handler``);
@@ -44,6 +46,7 @@ __all__ = [
     "inner_commands",
     "is_executing",
     "operation_changed",
+    "operation_results",
     "run_store",
     "unproxied",
 ]
@@ -95,6 +98,32 @@ def checks_for_changes() -> bool:
     where each operation is evaluated only when it executes."""
     state = current_state()
     return bool(getattr(state, "check_for_changes", True)) if state is not None else True
+
+
+def operation_results(state: Any, host: Any) -> tuple[list[str], int, list[str]]:
+    """(changed operation names, unchanged count, failed names) of the operations finished on
+    host so far, in deploy order; nothing when pyinfra can't say (no state, unknown shape)."""
+    changed: list[str] = []
+    failed: list[str] = []
+    unchanged = 0
+    try:
+        order = state.get_op_order()
+        host_ops = state.ops[host]
+    except Exception:  # noqa: BLE001 - no state (tests) or an unknown shape: report nothing
+        return changed, unchanged, failed
+    for op_hash in order:
+        data = host_ops.get(op_hash)
+        if data is None or not data.operation_meta.is_complete():
+            continue
+        name = sorted(state.get_op_meta(op_hash).names or {"?"})[0]
+        meta = data.operation_meta
+        if not meta.did_succeed(_raise_if_not_complete=False):
+            failed.append(name)
+        elif meta.did_change():
+            changed.append(name)
+        else:
+            unchanged += 1
+    return changed, unchanged, failed
 
 
 def current_state() -> State | None:

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from lab.image import LabImageError, cache_dir, ensure_host_tools, ensure_image
+from lab.progress import Heartbeat
 from lab.vm import RUN_DIR_ENV, LabNotRunning, LabVM
 
 BOOT_TIMEOUT_S = 600.0
@@ -32,6 +33,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if here in Path(str(item.fspath)).parents:
             item.add_marker(pytest.mark.lab)
+
+
+_BEATS: dict[str, Heartbeat] = {}
+
+
+def pytest_runtest_logstart(nodeid: str, location: tuple) -> None:
+    """A lab test runs for minutes: say which, and keep saying it while it is silent."""
+    if "tests/lab/" not in nodeid:
+        return
+    beat = Heartbeat(f"[lab] {nodeid.split('/')[-1]}", every=30.0, stream=sys.__stderr__)
+    _BEATS[nodeid] = beat.__enter__()
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple) -> None:
+    beat = _BEATS.pop(nodeid, None)
+    if beat is not None:
+        beat.__exit__(None, None, None)
 
 
 def qemu_unavailable_reason() -> str | None:

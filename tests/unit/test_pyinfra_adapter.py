@@ -91,6 +91,31 @@ def test_operation_changed_reads_the_operation_meta(local):
     assert adapter.operation_changed(state, host, unchanged._hash) is False
 
 
+def test_operation_results_counts_changed_unchanged_and_failed(local):
+    state, host = local
+
+    @operation()
+    def changes():
+        yield StringCommand("true")
+
+    @operation()
+    def converged():
+        host.noop("nothing to do")
+        yield from ()
+
+    @operation()
+    def breaks():
+        yield StringCommand("false")
+
+    assert adapter.operation_results(None, host) == ([], 0, [])
+    with ctx_state.use(state):
+        add_op(state, changes, name="Write a file")
+        add_op(state, converged, name="Already right")
+        add_op(state, breaks, name="Fails", _ignore_errors=True)
+        run_ops(state)
+    assert adapter.operation_results(state, host) == (["Write a file"], 1, ["Fails"])
+
+
 def test_state_callback_hears_each_operation(local):
     state, host = local
     heard: list[str] = []

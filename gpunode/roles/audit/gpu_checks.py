@@ -125,14 +125,19 @@ def check_iommu(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
     mode, detail = iommu_mode(snap)
     tokens = [t for t in snap.cmdline.booted if _IOMMU_TOKEN_RE.match(t)]
     live = f"{mode}: {detail}; cmdline: {' '.join(tokens) or 'no iommu parameter'}"
-    if mode in ("off", "passthrough"):
-        return [ok(name, live, "off or passthrough (iommu=pt)", kind=name)]
+    if mode == "off":
+        # Not a confirmed good value: no IOMMU is active at all (none in the machine, off in
+        # the firmware or on the cmdline). Nothing slows GPU DMA, and nothing isolates it.
+        return [not_applicable(name, f"{live}: no IOMMU active (GPU DMA is not translated; "
+                               "VFIO passthrough to VMs is not possible)", kind=name)]
+    if mode == "passthrough":
+        return [ok(name, live, "passthrough (iommu=pt)", kind=name)]
     if mode == "vfio":
         return [ok(name, live, kind=name, note="GPU groups are owned by VFIO (VM passthrough)")]
     if mode == "unknown":
-        return [ok(name, live, kind=name,
-                   note="domain type not exposed by this kernel (< 5.11): check dmesg "
-                   "'Default domain type'")]
+        return [Check(name=name, status="P2", live=live, want="passthrough (iommu=pt)",
+                      kind=name, fix="look at dmesg: 'Default domain type' (this kernel, "
+                      "< 5.11, does not expose the domain type in sysfs)")]
     gpus = gpu_count(snap)
     if gpus == 0:
         return [ok(name, live, kind=name, note="no GPU: translation costs nothing here")]

@@ -15,12 +15,14 @@ exits 1. Nothing of that command runs on the node.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterable
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 
-from gpunode.roles.audit.checks import audit_checks
+from gpunode.roles.audit.checks import audit_checks, tuning_checks
+from gpunode.roles.audit.metrics import write_node_metrics
 from gpunode.roles.audit.report import counts, render_table, write_reports
 from gpunode.roles.audit.snapshot import gather_snapshot
 from gpunode.roles.profile.check import Check, open_count
@@ -28,6 +30,7 @@ from gpunode.roles.profile.node import NodeProfile
 from gpunode.roles.pyinfra_adapter import in_execute_stage, run_store
 
 REPORTS_ATTRIBUTE = "gpunode_audit_reports"
+METRICS_FILE_DATA = "gpunode_metrics_file"
 
 
 def _reports() -> dict[str, list[Check]]:
@@ -78,9 +81,14 @@ def audit_node(profile: NodeProfile, formats: tuple[str, ...] = (), report_dir: 
     reports = _reports()
     checks = reports.get(host.name)
     if checks is None:
-        checks = audit_checks(profile, gather_snapshot(profile, active_timeout_s))
+        snap = gather_snapshot(profile, active_timeout_s)
+        checks = audit_checks(profile, snap)
         reports[host.name] = checks
         report_node(host.name, checks, formats, report_dir)
+        written = write_node_metrics(host.name, host.data.get(METRICS_FILE_DATA),
+                                     tuning_checks(profile, snap), checks, time.time())
+        if written:
+            logger.info(f"{host.name}: metrics written to {written}")
     if in_execute_stage() and open_count(checks):
         yield fail_host_command(failure_message(host.name, checks))
         return

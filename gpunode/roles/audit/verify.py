@@ -3,25 +3,35 @@
 It is an operation that never yields a command, so a converged node still shows zero changes;
 it reads the live node when it executes, after every other operation of the deploy: what the
 deploy's operations changed, in one command (the rest is still cached from the deploy's
-prefetch, so a converged node is verified without a read of its own). It runs
-the audit's checks (gpunode.roles.audit.checks.audit_checks) and prints every line that is not ok,
-then what only waits for a reboot or a container restart. It never fails the deploy: the
-gate is deploy/audit.py.
+prefetch, so a converged node is verified without a read of its own). It runs the audit's
+checks (gpunode.roles.audit.checks.audit_checks), prints every check that is not ok with its
+fix, then the run's summary (gpunode.roles.audit.summary: changed, unchanged, pending reboot
+or restart, refused, what "verified N/M" counts), and writes the metrics file when the host
+data gpunode_metrics_file names one. It never fails the deploy: the gate is deploy/audit.py.
 """
 
 from __future__ import annotations
+
+import time
 
 from pyinfra import host, logger
 from pyinfra.api import operation
 
 from gpunode.roles.audit.checks import audit_checks, tuning_checks
-from gpunode.roles.audit.report import pending_lines
+from gpunode.roles.audit.metrics import write_node_metrics
+from gpunode.roles.audit.run import METRICS_FILE_DATA
 from gpunode.roles.audit.snapshot import AUDIT_READ, gather_snapshot, verify_reads
+from gpunode.roles.audit.summary import open_lines, run_summary
 from gpunode.roles.facts.bundle import FactRead
 from gpunode.roles.facts.cache import prefetch
-from gpunode.roles.profile.check import summary_lines
 from gpunode.roles.profile.node import NodeProfile
-from gpunode.roles.pyinfra_adapter import checks_for_changes, in_execute_stage
+from gpunode.roles.pyinfra_adapter import (
+    checks_for_changes,
+    current_state,
+    in_execute_stage,
+    operation_results,
+    unproxied,
+)
 
 
 def verify_prefetch(profile: NodeProfile) -> list[FactRead]:
@@ -37,7 +47,8 @@ def verify_prefetch(profile: NodeProfile) -> list[FactRead]:
 @operation(is_idempotent=True)
 def verify_node(profile: NodeProfile):
     """
-    Read the live node back and report every setting that differs (changes nothing).
+    Read the live node back, report every setting that differs, and print the run's summary
+    (changes nothing).
 
     + profile: the host's NodeProfile
     """
@@ -47,13 +58,15 @@ def verify_node(profile: NodeProfile):
     prefetch(verify_reads(profile))  # what the deploy changed, read back in one command
     snap = gather_snapshot(profile)
     checks = audit_checks(profile, snap)
-    for check in tuning_checks(profile, snap):
-        if check.status == "limit":  # a setting of this profile the hardware refused
-            logger.warning(f"{host.name}: limit {check.name}: {check.fix}")
-    for line in summary_lines(host.name, checks):
-        is_open = any(f" {rank} " in line for rank in ("P0", "P1"))
-        (logger.warning if is_open else logger.info)(line)
-    for line in pending_lines(host.name, checks):
+    settings = tuning_checks(profile, snap)
+    written = write_node_metrics(host.name, host.data.get(METRICS_FILE_DATA), settings, checks,
+                                 time.time())
+    for line in open_lines(host.name, checks):
         logger.warning(line)
+    changed, unchanged, failed = operation_results(current_state(), unproxied(host))
+    for line in run_summary(host.name, changed, unchanged, failed, checks):
+        logger.info(line)
+    if written:
+        logger.info(f"{host.name}: metrics written to {written}")
     host.noop(f"verified: {sum(c.open for c in checks)} open")
     yield from ()

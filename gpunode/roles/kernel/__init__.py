@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 from pyinfra import host, logger
-from pyinfra.operations import server
 
 from gpunode.roles.facts.apt import AptHolds
 from gpunode.roles.facts.bundle import FactRead
@@ -30,6 +29,7 @@ from gpunode.roles.ops import proxmox
 from gpunode.roles.ops.apt import apt_hold
 from gpunode.roles.ops.cmdline import grub_dropin_note, kernel_cmdline, uses_systemd_boot
 from gpunode.roles.ops.cpu import cpu_cmdline_params
+from gpunode.roles.ops.reboot import reboot
 from gpunode.roles.profile.loader import ProfileError
 from gpunode.roles.profile.node import NodeProfile
 from gpunode.roles.pyinfra_adapter import deploy
@@ -161,8 +161,8 @@ def kernel_boot(profile: NodeProfile) -> None:
         )
     reasons = pending_reboot_reasons(plan, pin)
     if reasons and profile.reboot:
-        server.reboot(
-            name=f"Reboot to apply: {'; '.join(reasons)}",
+        reboot(
+            name="Reboot (" + " and ".join(r.split(":")[0] for r in reasons) + ")",
             delay=5,
             interval=3,
             reboot_timeout=profile.reboot_timeout,

@@ -24,7 +24,7 @@ from typing import Any
 from jinja2 import DictLoader, Environment, StrictUndefined
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, StringCommand, operation
-from pyinfra.facts.files import FileContents
+from pyinfra.facts.files import Directory, FileContents
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from gpunode.roles.facts.cache import cached_fact, changes_fact
@@ -185,3 +185,19 @@ def template_file(
         mode=mode,
         after=after,
     )
+
+
+@operation()
+def directory_present(path: str, mode: str = "755"):
+    """
+    Make sure a directory exists (created with mode when missing; an existing one is left as
+    it is). Read through the fact cache: a present directory costs no read of its own.
+
+    + path: remote directory
+    + mode: octal mode for a directory created here
+    """
+    if cached_fact(Directory, path=path):
+        host.noop(f"{path} exists")
+        return
+    quoted = shlex.quote(path)
+    yield StringCommand(f"mkdir -p {quoted} && chmod {mode} {quoted}")

@@ -44,6 +44,10 @@ IFACE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.\-]{0,14}")
 MAC_ADDRESS = re.compile(r"[0-9A-Fa-f]{2}(?::[0-9A-Fa-f]{2}){5}")
 VLAN_TRUNKS = re.compile(r"[0-9]{1,4}(?:-[0-9]{1,4})?(?:;[0-9]{1,4}(?:-[0-9]{1,4})?)*")
 FS_TYPES = re.compile(r"[a-z0-9]{1,16}(?:;[a-z0-9]{1,16}){0,15}")
+#: A systemd time span of one number and one unit ('30s', '15min', '1h', '1d').
+TIME_SPAN = re.compile(r"[1-9][0-9]{0,5}(?:s|min|h|d)")
+#: An absolute directory of plain path characters (it lands in a unit file and a script).
+ABSOLUTE_DIR = re.compile(r"(?:/[A-Za-z0-9_.\-]{1,64}){1,16}")
 #: Control characters never belong in a config line.
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 

@@ -20,6 +20,7 @@ from pydantic import (
 
 from gpunode.roles.facts.kernels import is_kernel_release
 from gpunode.roles.profile.allowed import (
+    ABSOLUTE_DIR,
     CLASS_ID,
     CMDLINE_KEY,
     CMDLINE_VALUE,
@@ -29,6 +30,7 @@ from gpunode.roles.profile.allowed import (
     MODULE_NAME,
     PACKAGE_NAME,
     SYSCTL_KEY,
+    TIME_SPAN,
     CpuGovernor,
     check,
     check_sysctl_value,
@@ -246,6 +248,36 @@ class NodeProfile(ProfileModel):
     bootloader: Literal["auto", "grub", "systemd-boot"] = Field(
         "auto", description="How the cmdline is persisted; auto asks proxmox-boot-tool."
     )
+    verify_timer: bool = Field(
+        False,
+        description="Install gpunode-verify.timer: every verify_interval the node re-reads "
+        "its settings (sysctls, modules, MaxReadReq, C-states, governor, cmdline, memlock, "
+        "kernel pin) with a read-only shell script and writes Prometheus textfile-collector "
+        "metrics to metrics_dir/gpunode.prom, so drift between deploys shows in monitoring.",
+    )
+    verify_interval: str = Field(
+        "15min", description="How often the verify timer runs: a systemd time span such as "
+        "'15min', '1h' (one number and one unit: s, min, h, d)."
+    )
+    metrics_dir: str = Field(
+        "/var/lib/prometheus/node-exporter",
+        description="Where the verify timer writes gpunode.prom: the textfile-collector "
+        "directory node_exporter reads (Debian's prometheus-node-exporter default).",
+    )
+
+    @field_validator("verify_interval")
+    @classmethod
+    def _time_span(cls, value: object) -> str:
+        return check(TIME_SPAN, value, "a time span such as '15min' or '1h'")
+
+    @field_validator("metrics_dir")
+    @classmethod
+    def _metrics_dir(cls, value: object) -> str:
+        text = check(ABSOLUTE_DIR, value, "an absolute directory such as "
+                     "'/var/lib/prometheus/node-exporter'")
+        if any(part in (".", "..") for part in text.split("/")):
+            raise ValueError(f"{shown(value)} is not an absolute directory without '.' or '..'")
+        return text
 
     @field_validator("modules", "required_modules")
     @classmethod

@@ -1,0 +1,63 @@
+"""Drift you can watch: gpunode-verify.timer on the lab node and the audit's metrics file
+follow a drifted setting (both read back with prometheus_client's text-format parser)."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from lab.vm import HOST_NAME
+from tests.lab.pyinfra_cli import run_pyinfra
+
+pytestmark = pytest.mark.lab
+
+METRICS_DIR = "/var/lib/prometheus/node-exporter"
+
+
+def value(text: str, name: str, **labels: str) -> float | None:
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and labels.items() <= sample.labels.items():
+                return sample.value
+    return None
+
+
+def test_timer_and_audit_metrics_show_a_drifted_sysctl(lab_vm, tmp_path):
+    run = run_pyinfra("deploy/site.py", "-y", env={"GPUNODE_LAB_VERIFY_TIMER": "1"},
+                      timeout=900)
+    assert run.returncode == 0, run.log[-3000:]
+    _, out, _ = lab_vm.ssh("systemctl is-enabled gpunode-verify.timer; "
+                           "systemctl is-active gpunode-verify.timer")
+    assert out.split() == ["enabled", "active"]
+
+    def timer_metrics() -> str:
+        rc, text, err = lab_vm.ssh("systemctl start gpunode-verify.service && "
+                                   f"cat {METRICS_DIR}/gpunode.prom")
+        assert rc == 0, err
+        return text
+
+    setting = {"setting": "sysctl vm.swappiness", "source": "timer"}
+    before = timer_metrics()
+    assert value(before, "gpunode_setting_ok", **setting) == 1
+    p0_before = value(before, "gpunode_findings", severity="P0")
+    rc, _, err = lab_vm.ssh("sysctl -qw vm.swappiness=60")
+    assert rc == 0, err
+    try:
+        drifted = timer_metrics()
+        assert value(drifted, "gpunode_setting_ok", **setting) == 0
+        assert value(drifted, "gpunode_findings", severity="P0") == p0_before + 1
+        assert (value(drifted, "gpunode_last_check_timestamp_seconds")
+                >= value(before, "gpunode_last_check_timestamp_seconds"))
+        _, files, _ = lab_vm.ssh(f"ls -A {METRICS_DIR}")
+        assert files.split() == ["gpunode.prom"]  # written whole: no temporary file left
+        _, journal, _ = lab_vm.ssh("journalctl -u gpunode-verify.service -o cat --no-pager")
+        assert "drifted: sysctl vm.swappiness: 60, wants 10" in journal
+
+        target = tmp_path / "audit-{host}.prom"
+        run_pyinfra("deploy/audit.py", "-y", "--data", f"gpunode_metrics_file={target}")
+        audit = (tmp_path / f"audit-{HOST_NAME}.prom").read_text()
+        assert value(audit, "gpunode_setting_ok", setting="sysctl vm.swappiness",
+                     source="audit") == 0
+    finally:
+        lab_vm.ssh("sysctl -qw vm.swappiness=10")
+    assert value(timer_metrics(), "gpunode_setting_ok", **setting) == 1
