@@ -95,8 +95,8 @@ def run_summary(host_name: str, changed: list[str], unchanged: int, failed: list
     waiting = pending(checks)
     lines += _field("pending reboot", "; ".join(waiting["reboot"]) or "none")
     lines += _field("pending restart", "; ".join(waiting["restart"]) or "none")
-    refused = [f"{c.name}: reads {c.live}, wants {c.want}" for c in checks if c.status == "limit"
-               and c.want]
+    refused = [c.fix.removeprefix("none: ") if c.fix else f"{c.name}: {c.live}, wants {c.want}"
+               for c in checks if c.status == "limit" and c.want]
     lines += _field("refused", "; ".join(refused) or "none")
     label, text = verified_text(checks)
     lines += _field(label, text)

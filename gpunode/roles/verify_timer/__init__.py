@@ -19,7 +19,7 @@ from gpunode.roles.facts.bundle import FactRead
 from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.facts.cmdline import format_param
 from gpunode.roles.facts.cpu import CpuPower, CpuState
-from gpunode.roles.facts.kernel_params import normalize_sysctl_value
+from gpunode.roles.facts.kernel_params import SYSCTL_REFUSED_DIR, normalize_sysctl_value
 from gpunode.roles.facts.owned import OwnedFiles
 from gpunode.roles.facts.pcie_refusals import REFUSED_DIR
 from gpunode.roles.facts.sections import as_model
@@ -53,6 +53,7 @@ def script_variables(profile: NodeProfile, cpu: CpuState, modules: list[str],
         "max_read_request": profile.max_read_request,
         "selector": profile.pcie_selector,
         "refused_dir": REFUSED_DIR,
+        "sysctl_refused_dir": SYSCTL_REFUSED_DIR,
         "max_cstate": profile.max_cstate,
         "governor": profile.cpu_governor,
         "cmdline": {k: format_param(k, v) for k, v in cmdline.items()},

@@ -31,7 +31,7 @@ SETTINGS = [
     Check(name="cmdline processor.max_cstate", status="P1", live="configured, pending reboot",
           want="processor.max_cstate=1", fix="reboot", pending="reboot"),
     Check(name="PCIe MaxReadReq 0000:01:00.0 [8086:10d3]", status="limit", live="128 bytes",
-          want="4096 bytes", fix="none: the device keeps 128"),
+          want="4096 bytes", fix="device 0000:01:00.0 did not accept MaxReadReq=4096 (reads 128)"),
     Check(name='odd "name" \\ here', status="ok", live="x"),
 ]
 CHECKS = [*SETTINGS, Check(name="GPU inventory", status="n/a", live="no NVIDIA GPU"),
@@ -83,6 +83,10 @@ def test_metrics_file_is_written_whole_and_readable(tmp_path):
 def _fake_node(root: Path, swappiness: str, cmdline: str, grub: str) -> Path:
     (root / "proc/sys/vm").mkdir(parents=True)
     (root / "proc/sys/vm/swappiness").write_text(swappiness + "\n")
+    (root / "proc/sys/kernel").mkdir(parents=True)
+    (root / "proc/sys/kernel/nmi_watchdog").write_text("1\n")  # refused: no perf counters
+    (root / "run/gpunode/sysctl-refused").mkdir(parents=True)
+    (root / "run/gpunode/sysctl-refused/kernel.nmi_watchdog").write_text("0\n")
     (root / "proc/sys/net/ipv4").mkdir(parents=True)
     (root / "proc/sys/net/ipv4/tcp_rmem").write_text("4096\t87380\t134217728\n")
     (root / "proc/cmdline").write_text(cmdline + "\n")
@@ -111,7 +115,8 @@ def _run_script(tmp_path: Path, **node: str) -> dict:
     bin_dir = _fake_node(root, **node)
     out = tmp_path / "prom" / "gpunode.prom"
     profile = NodeProfile(
-        sysctls={"vm.swappiness": "10", "net.ipv4.tcp_rmem": "4096 87380 134217728"},
+        sysctls={"vm.swappiness": "10", "net.ipv4.tcp_rmem": "4096 87380 134217728",
+                 "kernel.nmi_watchdog": "0"},
         modules=["tcp_bbr", "nvidia_peermem"], metrics_dir=str(out.parent), verify_timer=True,
         cmdline={"iommu": "pt"},
     )
@@ -145,6 +150,7 @@ def test_verify_script_reports_drift_and_pending_reboot(tmp_path):
     assert got["memlock (systemd default)"] == 1
     assert got["gpunode_pending_reboot"] == 1
     assert got["P0"] == 4 and got["P1"] == 3
+    assert "sysctl kernel.nmi_watchdog" not in got and got["limit"] == 1  # refused: a limit
     assert "drifted: sysctl vm.swappiness: 60, wants 10" in run["stderr"]
 
 
@@ -185,7 +191,7 @@ def test_run_summary_fits_100_columns_and_explains_verified():
     assert "12 operation(s)" in text and "and 4 more" in text
     assert "pending reboot   cmdline processor.max_cstate" in text
     assert "pending restart  none" in text
-    assert "PCIe MaxReadReq 0000:01:00.0 [8086:10d3]: reads 128 bytes, wants 4096" in text
+    assert "refused          device 0000:01:00.0 did not accept MaxReadReq=4096 (reads 128)" in text
     label, why = verified_text(CHECKS)
     assert label == "verified 2/7"
     assert why.startswith("2 read back as the profile wants; 2 open (P0/P1), 1 minor (P2)")
