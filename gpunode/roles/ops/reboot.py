@@ -10,11 +10,11 @@ that does not come back fails the run with one line naming the host, the timeout
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-import gevent
 from pyinfra import logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.operations import server
@@ -45,9 +45,8 @@ def timeout_message(host_name: str, timeout: int) -> str:
             "key, sshd not starting); if it only boots slowly, raise gpunode.reboot_timeout")
 
 
-def _ticker(host_name: str, timeout: int, started: float) -> None:
-    while True:
-        gevent.sleep(WAIT_LINE_S)
+def _ticker(host_name: str, timeout: int, started: float, stop: threading.Event) -> None:
+    while not stop.wait(WAIT_LINE_S):  # pyinfra's CLI runs threads as gevent greenlets
         away = time.monotonic() - started
         logger.info(f"{host_name}: rebooting: waiting for SSH ({away:.0f} s of {timeout} s)")
 
@@ -56,7 +55,10 @@ def readable_wait(state, host, wait: Callable, timeout: int) -> bool:
     """Run pyinfra's wait_and_reconnect quietly with a progress line; False on timeout."""
     started = time.monotonic()
     logger.info(f"{host.name}: rebooting: waiting for SSH (up to {timeout} s)")
-    ticker = gevent.spawn(_ticker, host.name, timeout, started)
+    stop = threading.Event()
+    ticker = threading.Thread(target=_ticker, args=(host.name, timeout, started, stop),
+                              daemon=True)
+    ticker.start()
     try:
         with quiet_loggers():
             wait(state, host)
@@ -66,7 +68,7 @@ def readable_wait(state, host, wait: Callable, timeout: int) -> bool:
         host.log_styled(timeout_message(host.name, timeout), fg="red", log_func=logger.error)
         return False
     finally:
-        ticker.kill()
+        stop.set()
     logger.info(f"{host.name}: back after the reboot ({time.monotonic() - started:.0f} s)")
     return True
 

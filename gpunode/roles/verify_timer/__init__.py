@@ -11,7 +11,6 @@ no Python and no gpunode: only sh, awk, pciutils and systemd.
 
 from __future__ import annotations
 
-from pyinfra.api import deploy
 from pyinfra.facts.files import Directory
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
@@ -28,6 +27,7 @@ from gpunode.roles.ops.files import directory_present, render_template, template
 from gpunode.roles.ops.modules import module_plan_for_host
 from gpunode.roles.ops.services import unit_enabled_and_running
 from gpunode.roles.profile.node import NodeProfile
+from gpunode.roles.pyinfra_adapter import deploy
 
 VERIFY_SCRIPT = "/usr/local/sbin/gpunode-verify"
 VERIFY_SERVICE = "gpunode-verify.service"
