@@ -18,6 +18,7 @@ from gpunode.roles.facts.bundle import FactRead
 from gpunode.roles.facts.cache import cached_fact, changes_fact
 from gpunode.roles.facts.nvidia import NvidiaGpu, NvidiaSmi, NvidiaSmiReport
 from gpunode.roles.facts.sections import as_model
+from gpunode.roles.ops.shell import script_text
 
 PowerSetting = int | str | Mapping[int, int | str]
 
@@ -62,13 +63,9 @@ def power_limit_targets(setting: PowerSetting, gpus: list[NvidiaGpu]
 
 
 def power_limit_command(index: int, watts: int) -> str:
-    """nvidia-smi -pl for one GPU, then the limit read back (integer watts compared)."""
-    return (
-        f"nvidia-smi -i {index} -pl {watts} >/dev/null && "
-        f"v=$(nvidia-smi -i {index} --query-gpu=power.limit --format=csv,noheader,nounits) && "
-        f'if [ "${{v%%.*}}" != {watts} ]; then echo "gpunode: GPU{index} power limit reads '
-        f'$v W after setting {watts} W" >&2; exit 1; fi'
-    )
+    """nvidia-smi -pl for one GPU, then the limit read back (integer watts compared;
+    templates/shell/power-limit.sh.j2)."""
+    return script_text("power-limit.sh.j2", index=index, watts=watts)
 
 
 PERSISTENCE_COMMAND = (
