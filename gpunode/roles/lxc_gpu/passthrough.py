@@ -23,10 +23,8 @@ not always the nvidia-smi index (PCI order); see the "Device Minor" line in
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-
-from gpunode.roles.lxc_gpu.pve_config import ConfigLine
 
 __all__ = [
     "DEVICE_FACT_SEPARATOR",
@@ -36,7 +34,6 @@ __all__ = [
     "PassthroughError",
     "gpu_indices_on_host",
     "gpu_passthrough_lines",
-    "gpunode_owns",
     "nvidia_majors",
     "parse_nvidia_dev_listing",
     "parse_nvidia_device_fact",
@@ -278,68 +275,3 @@ def gpu_passthrough_lines(
     if memlock is not None:
         lines.append(("lxc.prlimit.memlock", str(memlock)))
     return lines
-
-
-# --- ownership ---------------------------------------------------------------
-
-_ALLOW_RE = re.compile(r"^c (\d+):(\*|\d+) rwm$")
-
-
-def gpunode_owns(majors: dict[str, int]) -> Callable[[int, Sequence[ConfigLine]], bool]:
-    """The ownership rule for ``pve_config.with_raw_lxc_lines``.
-
-    Proxmox rewrites the whole file on any ``pct set`` and moves every ``#`` line
-    into the description at the top, so ownership is read from the lines
-    themselves. gpunode owns, in the main section:
-
-    - ``lxc.mount.entry`` whose source is under ``/dev/nvidia``;
-    - ``lxc.prlimit.memlock``;
-    - ``lxc.cgroup2.devices.allow: c M:x rwm`` where M is an NVIDIA major on this
-      host (any /proc/devices name starting with ``nvidia``);
-    - such an allow line for a major no driver registers any more (a stale
-      nvidia-uvm major from an earlier boot or driver), but only when it sits next
-      to another owned line, i.e. inside the block gpunode wrote.
-
-    Everything else (the user's /dev/dri, Coral or serial lines, idmaps) is kept.
-    """
-    nvidia = {major for name, major in majors.items() if name.startswith("nvidia")}
-    registered = set(majors.values())
-
-    def allow_major(line: ConfigLine) -> int | None:
-        if line.key != "lxc.cgroup2.devices.allow":
-            return None
-        match = _ALLOW_RE.match(line.value or "")
-        return int(match.group(1)) if match else None
-
-    def plainly_owned(line: ConfigLine) -> bool:
-        if not line.is_lxc:
-            return False
-        if line.key == "lxc.mount.entry":
-            return (line.value or "").split(" ", 1)[0].startswith("/dev/nvidia")
-        if line.key == "lxc.prlimit.memlock":
-            return True
-        major = allow_major(line)
-        return major is not None and major in nvidia
-
-    def owns(index: int, lines: Sequence[ConfigLine]) -> bool:
-        line = lines[index]
-        if plainly_owned(line):
-            return True
-        major = allow_major(line)
-        if major is None or major in registered:
-            return False
-        # Walk over neighbouring stale allow lines to the nearest other line.
-        for step in (-1, 1):
-            j = index + step
-            while 0 <= j < len(lines):
-                other = lines[j]
-                other_major = allow_major(other)
-                if other_major is not None and other_major not in registered:
-                    j += step
-                    continue
-                if plainly_owned(other):
-                    return True
-                break
-        return False
-
-    return owns

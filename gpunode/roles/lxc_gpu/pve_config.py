@@ -22,7 +22,7 @@ return a new ``PveLxcConfig``; nothing is mutated.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 __all__ = [
@@ -40,7 +40,6 @@ __all__ = [
     "snapshot_names",
     "with_key",
     "with_lxc_entry",
-    "with_raw_lxc_lines",
     "without_key",
 ]
 
@@ -274,7 +273,7 @@ def with_key(config: PveLxcConfig, key: str, value: str) -> PveLxcConfig:
     The first occurrence is rewritten in place (``key: value``) and any later
     duplicates are dropped; an absent key is inserted where Proxmox would put it.
     A line already holding ``value`` is left byte-for-byte as it is.
-    For repeating lxc.* keys use :func:`with_lxc_entry` or :func:`with_raw_lxc_lines`.
+    For repeating lxc.* keys use :func:`with_lxc_entry` (GPU lines: ``lxc_gpu.takeover``).
     """
     lines = list(config.main.lines)
     hits = [i for i, ln in enumerate(lines) if ln.kind == "key" and ln.key == key]
@@ -317,38 +316,3 @@ def with_lxc_entry(config: PveLxcConfig, key: str, value: str) -> PveLxcConfig:
     lines = list(config.main.lines)
     new = ConfigLine(_format(key, value), "key", key=key, value=value)
     return _insert(config, _content_end(lines), [new])
-
-
-def with_raw_lxc_lines(
-    config: PveLxcConfig,
-    lines: Iterable[tuple[str, str]],
-    owns: Callable[[int, Sequence[ConfigLine]], bool],
-) -> PveLxcConfig:
-    """Replace the block of lxc.* lines gpunode owns with ``lines``.
-
-    ``owns(index, main_lines)`` decides, for the main-section line at ``index``,
-    whether gpunode owns it (it is only asked about lxc.* lines; see
-    ``gpunode.roles.lxc_gpu.passthrough.gpunode_owns`` for the rule the role uses). The
-    desired lines are written where the first owned line was, so a converged file
-    is left untouched; when nothing is owned yet they go after the main section's
-    last line, before the blank line and the first ``[snapshot]``/``[pve:pending]``.
-    The user's other lxc.* lines, comments and order are kept.
-    """
-    desired = [ConfigLine(_format(k, v), "key", key=k, value=v) for k, v in lines]
-    current = list(config.main.lines)
-    owned = [i for i, ln in enumerate(current) if ln.is_lxc and owns(i, current)]
-    if owned:
-        first = owned[0]
-        existing = [current[i] for i in owned]
-        contiguous = owned == list(range(first, first + len(owned)))
-        if contiguous and [(ln.key, ln.value) for ln in existing] == [
-            (ln.key, ln.value) for ln in desired
-        ]:
-            return config
-        owned_set = set(owned)
-        kept = [ln for i, ln in enumerate(current) if i not in owned_set]
-        kept[first:first] = desired
-        return _with_main(config, kept)
-    if not desired:
-        return config
-    return _insert(config, _content_end(current), desired)

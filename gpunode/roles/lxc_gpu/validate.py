@@ -33,7 +33,7 @@ from gpunode.roles.lxc_gpu.facts import (
 )
 from gpunode.roles.lxc_gpu.numa import GpuNuma, format_cpulist, parse_cpulist
 from gpunode.roles.lxc_gpu.passthrough import DeviceNode, PassthroughError, gpu_indices_on_host
-from gpunode.roles.lxc_gpu.plan import desired_lxc_lines
+from gpunode.roles.lxc_gpu.plan import gpu_lines
 from gpunode.roles.lxc_gpu.takeover import passthrough_style
 from gpunode.roles.profile.container import (
     ContainerSpec,
@@ -145,7 +145,8 @@ def check_host_containers(host_name: str, raw: Any, facts: HostFacts) -> list[Co
     for i, spec in enumerate(specs):
         prefix = f"containers[{i}]"
         try:
-            desired_lxc_lines(spec, facts.majors, facts.devices)
+            gpu_lines(spec, facts.majors, facts.devices, pve_version=facts.pve_version,
+                      numa=facts.numa)
         except PassthroughError as exc:
             problems.append(
                 SpecProblem(

@@ -473,7 +473,8 @@ class ContainerSpec(BaseModel):
         "container's GPUs (from /sys/bus/pci/devices/BDF/numa_node and the node's cpulist; "
         "nothing is set on a single-node host), a CPU list such as '0-15,32-47', or None to "
         "leave the key alone. A fixed cpuset also stops pvestatd moving the container's "
-        "threads to other CPUs.",
+        "threads to other CPUs; 'cores' then no longer picks them (the container runs on "
+        "the whole cpuset).",
     )
     cpuset_mems: str | None = Field(
         default="auto",

@@ -2,14 +2,12 @@
 
 import pytest
 
-from gpunode.roles.lxc_gpu import pve_config as pc
 from gpunode.roles.lxc_gpu.passthrough import (
     DEVICE_FACT_SEPARATOR,
     DeviceNode,
     PassthroughError,
     gpu_indices_on_host,
     gpu_passthrough_lines,
-    gpunode_owns,
     nvidia_majors,
     parse_nvidia_dev_listing,
     parse_nvidia_device_fact,
@@ -204,55 +202,3 @@ def test_uvm_not_loaded_says_how_to_fix():
 def test_no_gpu_nodes_yet_says_how_to_fix():
     with pytest.raises(PassthroughError, match="nvidia-smi"):
         gpu_passthrough_lines([], {"nvidia": 195, "nvidia-uvm": 511}, None)
-
-
-# --- ownership -------------------------------------------------------------------
-
-
-def _main_lines(text):
-    return pc.parse_pve_lxc_config(text).main.lines
-
-
-def test_ownership_keeps_other_devices_and_takes_nvidia_lines():
-    majors = {"nvidia": 195, "nvidia-uvm": 510, "drm": 226, "ttyUSB": 188}
-    lines = _main_lines(
-        "lxc.cgroup2.devices.allow: c 226:0 rwm\n"
-        "lxc.cgroup2.devices.allow: c 195:* rwm\n"
-        "lxc.cgroup2.devices.allow: c 510:* rwm\n"
-        "lxc.mount.entry: /dev/dri dev/dri none bind,optional,create=dir\n"
-        "lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file\n"
-        "lxc.prlimit.memlock: unlimited\n"
-        "lxc.cgroup2.devices.allow: a\n"
-        "lxc.idmap: u 0 100000 65536\n"
-    )
-    owns = gpunode_owns(majors)
-    assert [owns(i, lines) for i in range(len(lines))] == [
-        False, True, True, False, True, True, False, False,
-    ]  # fmt: skip
-
-
-def test_stale_uvm_major_is_owned_only_inside_the_block():
-    # nvidia-uvm moved from 508 to 510 after a driver update; 508 is now free.
-    majors = {"nvidia-frontend": 195, "nvidia-uvm": 510}
-    lines = _main_lines(
-        "lxc.cgroup2.devices.allow: c 120:0 rwm\n"  # Coral apex, driver not loaded now
-        "lxc.mount.entry: /dev/apex_0 dev/apex_0 none bind,optional,create=file\n"
-        "lxc.cgroup2.devices.allow: c 195:* rwm\n"
-        "lxc.cgroup2.devices.allow: c 508:* rwm\n"
-        "lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file\n"
-    )
-    owns = gpunode_owns(majors)
-    assert [owns(i, lines) for i in range(len(lines))] == [False, False, True, True, True]
-
-
-def test_stale_major_converges_and_then_is_stable():
-    majors = {"nvidia-frontend": 195, "nvidia-uvm": 510, "nvidia-caps": 235}
-    text = read("composed-gpu-pending-snapshots-110.conf")  # written when uvm was 508
-    nodes = parse_nvidia_dev_listing(read("stat-dev-nvidia-8gpu-synthetic.txt"))
-    block = gpu_passthrough_lines(nodes, majors, [0])
-    owns = gpunode_owns(majors)
-    once = pc.with_raw_lxc_lines(pc.parse_pve_lxc_config(text), block, owns)
-    main = pc.render(once).split("\n\n[pve:pending]\n")[0]
-    assert "c 508:* rwm" not in main and "c 510:* rwm" in main
-    assert main.endswith("lxc.mount.entry: /mnt/models mnt/models none bind,create=dir 0 0")
-    assert pc.with_raw_lxc_lines(once, block, owns) is once

@@ -288,3 +288,41 @@ def test_cpuset_auto_pins_the_container_to_its_gpus_node_and_replaces_a_users_cp
     alone = edit_config_text(text, spec(gpus=[5], cpuset_cpus=None), MAJORS, NODES, numa=numa)
     assert "lxc.cgroup2.cpuset.cpus: 0-1" in alone.splitlines()
     assert edit_config_text(out, spec(gpus=[5]), MAJORS, NODES, numa=numa) == out
+
+
+def test_other_devices_are_never_touched():
+    """/dev/dri, a blanket `a` allow and idmaps are not GPU lines: no decision names them."""
+    text = (
+        "lxc.cgroup2.devices.allow: c 226:0 rwm\n"
+        "lxc.cgroup2.devices.allow: c 195:* rwm\n"
+        "lxc.cgroup2.devices.allow: c 510:* rwm\n"
+        "lxc.mount.entry: /dev/dri dev/dri none bind,optional,create=dir\n"
+        "lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file\n"
+        "lxc.prlimit.memlock: unlimited\n"
+        "lxc.cgroup2.devices.allow: a\n"
+        "lxc.idmap: u 0 100000 65536\n"
+    )
+    result = converge(text, spec())
+    named = {d.line for d in result.decisions}
+    for other in text.splitlines()[:1] + text.splitlines()[3:4] + text.splitlines()[6:]:
+        assert other not in named
+    assert {d.action for d in result.decisions if d.line in text.splitlines()} == {"keep"}
+
+
+def test_a_stale_major_goes_only_inside_the_gpu_block():
+    """nvidia-uvm moved from 505 to 510 after a driver update; the Coral apex allow (its
+    driver not loaded now, major 120 unregistered) is outside the GPU lines: kept."""
+    text = (
+        "lxc.cgroup2.devices.allow: c 120:0 rwm\n"
+        "lxc.mount.entry: /dev/apex_0 dev/apex_0 none bind,optional,create=file\n"
+        "lxc.cgroup2.devices.allow: c 195:* rwm\n"
+        "lxc.cgroup2.devices.allow: c 505:* rwm\n"
+        "lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file\n"
+    )
+    result = converge(text, spec())
+    out = pc.render(result.config)
+    assert out.startswith(text.split("lxc.cgroup2.devices.allow: c 195")[0])
+    assert [d.line for d in result.decisions if d.action == "remove"] == [
+        "lxc.cgroup2.devices.allow: c 505:* rwm"
+    ]
+    assert "lxc.cgroup2.devices.allow: c 510:* rwm" in out
