@@ -181,3 +181,49 @@ def test_gpunode_dropin_is_valid_shell_and_holds_every_token():
     script = text + 'printf "%s\\n" "$GRUB_CMDLINE_LINUX_DEFAULT" "$GRUB_DEFAULT"\n'
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True)
     assert out.stdout.splitlines() == ["quiet processor.max_cstate=1 iommu=pt", entry]
+
+
+# grub-mkconfig's own reading of the settings (GRUB's util/grub-mkconfig.in, as Debian 12/13
+# ship it in /usr/sbin/grub-mkconfig): the main file, then every grub.d/*.cfg in glob order.
+GRUB_MKCONFIG_SOURCING = """
+if test -f ${sysconfdir}/default/grub ; then
+  . ${sysconfdir}/default/grub
+fi
+for x in ${sysconfdir}/default/grub.d/*.cfg ; do
+  if [ -e "${x}" ]; then
+    . "${x}"
+  fi
+done
+printf '%s\\n' "$GRUB_CMDLINE_LINUX_DEFAULT" "$GRUB_DEFAULT"
+"""
+
+
+def test_update_grub_sees_gpunodes_parameters_over_a_conflicting_dropin(tmp_path):
+    """The files on disk as gpunode leaves them, read by a real shell the way grub-mkconfig
+    reads them: gpunode's values win, and the Python model of that reading agrees."""
+    import subprocess
+
+    from gpunode.roles.facts.cmdline import GPUNODE_GRUB_DROPIN, CmdlineState
+    from gpunode.roles.ops.cmdline import grub_dropin_text
+
+    main = 'GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\n'
+    conflict = ('GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT '
+                'processor.max_cstate=5 console=ttyS0,115200"\nGRUB_DEFAULT=saved\n')
+    dropins = {"/etc/default/grub.d/50-conflict.cfg": conflict}
+    state = CmdlineState(grub_default_text=main, grub_dropins=dropins)
+    entry = ("Advanced options for Debian GNU/Linux>Debian GNU/Linux, "
+             "with Linux 6.12.117+deb13-amd64")
+    ours = grub_dropin_text(state, {"processor.max_cstate": "1", "amd_pstate": "active"}, entry)
+    etc = tmp_path / "etc" / "default"
+    (etc / "grub.d").mkdir(parents=True)
+    (etc / "grub").write_text(main)
+    (etc / "grub.d" / "50-conflict.cfg").write_text(conflict)
+    (etc / "grub.d" / "zz-gpunode.cfg").write_text(ours)
+    out = subprocess.run(["sh", "-c", GRUB_MKCONFIG_SOURCING], capture_output=True, text=True,
+                         env={"sysconfdir": str(tmp_path / "etc"), "PATH": "/usr/bin:/bin"},
+                         check=True).stdout.splitlines()
+    assert out == ["quiet processor.max_cstate=1 console=ttyS0,115200 amd_pstate=active", entry]
+    after = CmdlineState(grub_default_text=main,
+                         grub_dropins={**dropins, GPUNODE_GRUB_DROPIN: ours})
+    assert " ".join(after.configured) == out[0]
+    assert after.grub_value("GRUB_DEFAULT")[0] == entry
