@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -ec
 
-.PHONY: install venv test test-lab unit lint typecheck lab lab-up lab-down
+.PHONY: install venv test test-lab unit lint typecheck docs lab lab-up lab-down
 
 install venv: $(VENV)/.installed
 
@@ -36,6 +36,10 @@ lint: $(VENV)/.installed
 
 unit: $(VENV)/.installed
 	$(PY) -m pytest tests/unit -q
+
+# The settings text of README.md and each role's defaults.py, from the schema (tools/docs.py).
+docs: $(VENV)/.installed
+	$(PY) -m tools.docs
 
 # mypy with the pydantic plugin ([tool.mypy] in pyproject.toml).
 typecheck: $(VENV)/.installed

@@ -1,19 +1,22 @@
-"""container role defaults: the settings of one GPU container, read from its host data
-``gpunode_container`` (a mapping; every key optional).
+r"""container role defaults: the settings of one GPU container, read from its host data
+``gpunode_container`` (a mapping; every key optional). Each is documented once, in the schema
+below (ContainerSettings); the list is generated from it (make docs). The package names are
+Debian's (non-free) and NVIDIA's CUDA repository for Debian, which uses the same names and
+keeps every driver version.
 
-| field           | default                               | why                                   |
-|-----------------|---------------------------------------|---------------------------------------|
-| nvidia_driver   | None: the host's module version       | the libraries must equal the module   |
-|                 | (/proc/driver/nvidia/version, or the  | exactly, else "NVML: Driver/library   |
-|                 | spec's nvidia_driver on the host)     | version mismatch"                     |
-| nvidia_packages | nvidia-smi, libnvidia-ml1, libcuda1,  | what inference needs: CUDA driver     |
-|                 | libnvidia-ptxjitcompiler1             | API, NVML, PTX JIT, the CLI; no       |
-|                 |                                       | kernel module, no X/GL/Vulkan stack   |
-| gpus            | None: the /dev/nvidiaN nodes passed   | nvidia-smi must list every GPU passed |
-|                 | in (or len(gpus) of the host's spec)  |                                       |
-
-The package names are Debian's (bookworm non-free) and NVIDIA's CUDA repository for Debian,
-which uses the same names and keeps every driver version.
+<!-- gpunode:generated role:container -->
+- nvidia_driver (default `null`): The host's NVIDIA driver version, e.g. '550.127.05'; None
+  reads it from the host's module (visible in the container as /proc/driver/nvidia/version).
+  Why: the libraries must equal the module exactly, else "NVML: Driver/library version
+  mismatch".
+- nvidia_packages (default `[nvidia-smi, libnvidia-ml1, libcuda1, libnvidia-ptxjitcompiler1]`):
+  Userspace packages installed at exactly that version, without recommends (libcuda1 recommends
+  the DKMS kernel module). Why: what inference needs: CUDA driver API, NVML, PTX JIT, the CLI;
+  no kernel module, no X/GL/Vulkan stack. Now: apt pin to the host's version, `apt-get install
+  --no-install-recommends PKG=VERSION-*`, apt hold.
+- gpus (default `null`): How many GPUs nvidia-smi must list; None: as many as /dev/nvidiaN nodes
+  in the container. Read back: `nvidia-smi -L` must list that many GPUs.
+<!-- /gpunode:generated -->
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from gpunode.roles.profile.container import checked_driver_version, checked_package_names
+from gpunode.roles.profile.docs import setting_doc
 
-__all__ = ["CONTAINER_DATA_KEY", "DEFAULTS", "DEFAULT_PACKAGES", "ContainerSettings"]
+__all__ = ["CONTAINER_DATA_KEY", "DEFAULTS", "DEFAULT_PACKAGES", "READS", "SCHEMA",
+           "ContainerSettings"]
 
 CONTAINER_DATA_KEY = "gpunode_container"
 DEFAULT_PACKAGES = ["nvidia-smi", "libnvidia-ml1", "libcuda1", "libnvidia-ptxjitcompiler1"]
@@ -37,6 +42,10 @@ class ContainerSettings(BaseModel):
         default=None,
         description="The host's NVIDIA driver version, e.g. '550.127.05'; None reads it from "
         "the host's module (visible in the container as /proc/driver/nvidia/version).",
+        json_schema_extra=setting_doc(
+            why="the libraries must equal the module exactly, else \"NVML: Driver/library version "
+                "mismatch\"",
+        ),
     )
     nvidia_packages: list[str] = Field(
         default_factory=lambda: list(DEFAULT_PACKAGES),
@@ -44,6 +53,12 @@ class ContainerSettings(BaseModel):
         max_length=64,
         description="Userspace packages installed at exactly that version, without "
         "recommends (libcuda1 recommends the DKMS kernel module).",
+        json_schema_extra=setting_doc(
+            why="what inference needs: CUDA driver API, NVML, PTX JIT, the CLI; no kernel module, "
+                "no X/GL/Vulkan stack",
+            runtime="apt pin to the host's version, `apt-get install --no-install-recommends "
+                    "PKG=VERSION-*`, apt hold",
+        ),
     )
     gpus: int | None = Field(
         default=None,
@@ -51,6 +66,9 @@ class ContainerSettings(BaseModel):
         le=256,
         description="How many GPUs nvidia-smi must list; None: as many as /dev/nvidiaN "
         "nodes in the container.",
+        json_schema_extra=setting_doc(
+            readback="`nvidia-smi -L` must list that many GPUs",
+        ),
     )
 
     @field_validator("nvidia_driver")
@@ -64,4 +82,6 @@ class ContainerSettings(BaseModel):
         return checked_package_names(value)
 
 
+SCHEMA = ContainerSettings
+READS = tuple(ContainerSettings.model_fields)
 DEFAULTS = ContainerSettings()

@@ -40,6 +40,7 @@ from gpunode.roles.profile.allowed import (
     check_path,
     shown,
 )
+from gpunode.roles.profile.docs import setting_doc
 
 __all__ = [
     "ContainerSpec",
@@ -398,6 +399,10 @@ class ContainerSpec(BaseModel):
         le=8192,
         description="CPU cores (pct --cores). Inference servers want a few per GPU for "
         "tokenisation and the HTTP front end.",
+        json_schema_extra=setting_doc(
+            why="tokenisation + HTTP front end per GPU set",
+            runtime="`pct create --cores`, then `pct set`",
+        ),
     )
     memory: int = Field(
         default=32768,
@@ -406,6 +411,10 @@ class ContainerSpec(BaseModel):
         le=MAX_MEMORY_MIB,
         description="RAM in MiB (pct --memory). Loading a model stages weights in host "
         "RAM: size this above the largest model file.",
+        json_schema_extra=setting_doc(
+            why="model weights are staged in host RAM",
+            runtime="`pct create --memory`, then `pct set`",
+        ),
     )
     swap: int = Field(
         default=0,
@@ -414,10 +423,18 @@ class ContainerSpec(BaseModel):
         le=MAX_MEMORY_MIB,
         description="Swap in MiB (pct --swap). 0 by default: swapping pinned inference "
         "buffers only hides memory pressure as latency.",
+        json_schema_extra=setting_doc(
+            why="swapping pinned buffers hides memory pressure",
+            runtime="`pct create --swap`, then `pct set`",
+        ),
     )
     rootfs_storage: str = Field(
         default="local-lvm",
         description="Proxmox storage id for the root disk (pct --rootfs STORAGE:SIZE).",
+        json_schema_extra=setting_doc(
+            why="Proxmox's default container storage",
+            runtime="`pct create --rootfs STORAGE:SIZE`",
+        ),
     )
     rootfs_size_gb: int = Field(
         default=64,
@@ -425,6 +442,10 @@ class ContainerSpec(BaseModel):
         ge=1,
         le=MAX_DISK_GIB,
         description="Root disk size in GiB. It can grow later (pct resize), never shrink.",
+        json_schema_extra=setting_doc(
+            why="grows with `pct resize`, never shrinks",
+            runtime="`pct resize` to grow; a smaller size is refused",
+        ),
     )
     net0: str = Field(
         default="name=eth0,bridge=vmbr0,ip=dhcp",
@@ -433,30 +454,54 @@ class ContainerSpec(BaseModel):
         "type itself; gpunode keeps the existing hwaddr when it changes net0. Each value is "
         "checked as Proxmox does: interface names, IPv4/IPv6 addresses with prefix (or "
         "dhcp/manual/auto), VLAN tag 1-4094, mtu 64-65535, 0/1 flags.",
+        json_schema_extra=setting_doc(
+            why="Proxmox's default bridge; an existing hwaddr is kept",
+            runtime="`pct create --net0`, then `pct set`",
+        ),
     )
     unprivileged: bool = Field(
         default=True,
         description="Run the container unprivileged (root inside is not root on the host). "
         "Fixed at creation: Proxmox can't change it afterwards.",
+        json_schema_extra=setting_doc(
+            why="root inside is not root on the host",
+            runtime="`pct create` only: Proxmox can't change it later (refused)",
+        ),
     )
     features: str = Field(
         default="nesting=1",
         description="pct --features property string (nesting=1 lets systemd in Debian 12+ "
         "containers sandbox its services; keyctl=1 for Docker in unprivileged containers). "
         "Values 0 or 1; mount= file system types separated by ';'.",
+        json_schema_extra=setting_doc(
+            why="systemd in Debian 12+ containers wants nesting",
+            runtime="`pct create --features`, then `pct set`",
+        ),
     )
     onboot: bool = Field(
-        default=True, description="Start the container when the Proxmox host boots."
+        default=True, description="Start the container when the Proxmox host boots.",
+        json_schema_extra=setting_doc(
+            why="an inference server comes back after a host boot",
+            runtime="`pct set --onboot`",
+        ),
     )
     gpus: Literal["all"] | list[int] = Field(
         default="all",
         description="Which GPUs the container gets: 'all', or a list of indices N of "
         "/dev/nvidiaN on the host (the device minor, not always the nvidia-smi order).",
+        json_schema_extra=setting_doc(
+            runtime="GPU lines computed from the host's /proc/devices and /dev/nvidia*, never "
+                    "hard-coded",
+        ),
     )
     memlock: Literal["unlimited"] | int = Field(
         default="unlimited",
         description="lxc.prlimit.memlock: 'unlimited' or a byte count (up to 2**50). CUDA "
         "pins host memory; the limit can't be raised from inside the container.",
+        json_schema_extra=setting_doc(
+            why="CUDA pins host memory; only the host can raise the container's limit",
+            runtime="`lxc.prlimit.memlock` in /etc/pve/lxc/VMID.conf",
+        ),
     )
     gpu_passthrough: Literal["auto", "dev", "mount"] = Field(
         default="auto",
@@ -466,6 +511,11 @@ class ContainerSpec(BaseModel):
         "Proxmox has them (pve-manager 8.2 or later), else mount. A node passed either way, "
         "or by the user's own mount of it, counts as passed; 'dev'/'mount' also rewrite "
         "gpunode's own lines of the other style.",
+        json_schema_extra=setting_doc(
+            runtime="a node missing on the host gets an optional mount instead of `devN` (Proxmox "
+                    "won't start with a missing devN path); `dev` on a Proxmox older than 8.2 is "
+                    "refused before any change",
+        ),
     )
     cpuset_cpus: str | None = Field(
         default="auto",
@@ -475,11 +525,20 @@ class ContainerSpec(BaseModel):
         "leave the key alone. A fixed cpuset also stops pvestatd moving the container's "
         "threads to other CPUs; 'cores' then no longer picks them (the container runs on "
         "the whole cpuset).",
+        json_schema_extra=setting_doc(
+            why="a fixed cpuset keeps the container on its GPUs' NUMA node and stops pvestatd "
+                "rebalancing it over the whole host",
+            runtime="GPU index -> BDF from `/proc/driver/nvidia/gpus/*/information`, its NUMA "
+                    "node's `cpulist`; a given list is checked against the host's CPUs",
+        ),
     )
     cpuset_mems: str | None = Field(
         default="auto",
         description="lxc.cgroup2.cpuset.mems: 'auto' = the NUMA node(s) of the container's "
         "GPUs, a node list such as '1' or '0-1', or None to leave the key alone.",
+        json_schema_extra=setting_doc(
+            runtime="a given node list is checked against the host's NUMA nodes",
+        ),
     )
     extra_lxc: list[str] = Field(
         default_factory=list,
@@ -491,18 +550,31 @@ class ContainerSpec(BaseModel):
         "paths must be normalised (no '..'). lxc.hook.* lines are accepted and run their "
         "command on the Proxmox host as root at every container start: the dry run lists "
         "them.",
+        json_schema_extra=setting_doc(
+            runtime="each line added to /etc/pve/lxc/VMID.conf when missing",
+        ),
     )
     restart_allowed: bool = Field(
         default=False,
         description="May gpunode restart the running container to apply changes that only "
         "take effect at start (raw lxc.* lines, [pve:pending] options)? If not, the run "
         "reports 'pending restart' and changes nothing else.",
+        json_schema_extra=setting_doc(
+            why="a restart stops the model server: opt in; otherwise the run reports \"pending "
+                "restart\"",
+            runtime="`pct reboot` when the running container lacks declared lines or has options "
+                    "waiting in [pve:pending]",
+        ),
     )
     nvidia_driver: str | None = Field(
         default=None,
         description="NVIDIA driver version for the container's user-space libraries, e.g. "
         "'550.127.05'. It must equal the host's driver exactly (else 'NVML: Driver/library "
         "version mismatch'); None means: use the host's version.",
+        json_schema_extra=setting_doc(
+            why="the libraries must equal the host's module exactly, else \"NVML: Driver/library "
+                "version mismatch\"",
+        ),
     )
 
     @field_validator("hostname")

@@ -36,6 +36,7 @@ from gpunode.roles.profile.allowed import (
     check_sysctl_value,
     shown,
 )
+from gpunode.roles.profile.docs import SettingDoc, setting_doc
 
 MAX_READ_REQUEST_SIZES = (128, 256, 512, 1024, 2048, 4096)
 POWER_LIMIT = re.compile(r"default|max|[1-9][0-9]{0,3}")
@@ -71,6 +72,27 @@ DEFAULT_SYSCTLS: dict[str, str] = {
 
 # Keys whose write the kernel may refuse on some hardware (no perf counters: ENOTSUPP).
 BEST_EFFORT_SYSCTLS = frozenset({"kernel.nmi_watchdog"})
+
+# What each default sysctl answers (the audit of the slow node), documented with the field.
+_BUFFERS = SettingDoc(why="default socket buffers (NCCL over sockets)")
+SYSCTLS_DOC = setting_doc(
+    runtime="`sysctl -w`, read back from /proc/sys right after",
+    persistence="`/etc/sysctl.d/90-gpunode.conf`",
+    readback="`/proc/sys/...`",
+    entries={
+        "kernel.numa_balancing": SettingDoc(why="NUMA balancing on"),
+        "kernel.nmi_watchdog": SettingDoc(
+            why="NMI watchdog on",
+            runtime="`sysctl -w`, best effort: a kernel without perf counters refuses it "
+            "(reported as not supported here)",
+            persistence="`-kernel.nmi_watchdog` in the same file (a refusal is ignored at boot)",
+        ),
+        "kernel.sched_autogroup_enabled": SettingDoc(why="autogroup on"),
+        "vm.swappiness": SettingDoc(why="swappiness 60"),
+        "net.core.rmem_max": _BUFFERS,
+        "net.core.wmem_max": _BUFFERS,
+    },
+)
 
 
 class ProfileModel(BaseModel):
@@ -133,18 +155,37 @@ class NodeProfile(ProfileModel):
         description="Kernel modules loaded now and at every boot (/etc/modules-load.d). "
         "nvidia_peermem (GPUDirect RDMA) is loaded only where an RDMA device exists, "
         "unless listed in required_modules.",
+        json_schema_extra=setting_doc(
+            why="GPUDirect RDMA not loaded",
+            runtime="`modprobe`",
+            persistence="`/etc/modules-load.d/gpunode.conf`",
+            readback="`/sys/module/<name>`",
+        ),
     )
     required_modules: list[str] = Field(
         [],
         max_length=64,
         description="Modules that must load: a missing one fails the run instead of being "
         "reported as not applicable.",
+        json_schema_extra=setting_doc(
+            runtime="a listed module that can't load fails the run",
+        ),
     )
     max_read_request: int = Field(
-        4096, description="PCIe MaxReadReq in bytes for the selected devices (audit: 512)."
+        4096, description="PCIe MaxReadReq in bytes for the selected devices (audit: 512).",
+        json_schema_extra=setting_doc(
+            why="MaxReadReq 512",
+            runtime="`setpci -s BDF CAP_EXP+8.w=5000:7000` (bits 14:12 only)",
+            persistence="`gpunode-tune.service` at boot",
+            readback="DevCtl via `lspci -vvv`",
+        ),
     )
     pcie_selector: PcieSelector = Field(
-        default_factory=PcieSelector, description="Devices whose MaxReadReq is set."
+        default_factory=PcieSelector, description="Devices whose MaxReadReq is set.",
+        json_schema_extra=setting_doc(
+            runtime="only matching functions are touched",
+            persistence="same selector in the boot script",
+        ),
     )
     sysctls: dict[str, str] = Field(
         default_factory=lambda: dict(DEFAULT_SYSCTLS),
@@ -152,25 +193,49 @@ class NodeProfile(ProfileModel):
         "null removes a default. Keys are dotted names; values are integers or integers "
         "separated by spaces, except net.ipv4.tcp_congestion_control, "
         "net.ipv4.tcp_allowed_congestion_control and net.core.default_qdisc (names).",
+        json_schema_extra=SYSCTLS_DOC,
     )
     max_cstate: int | None = Field(
         1,
         description=f"Deepest C-state allowed (0 = poll only, 1 = C1, up to "
         f"{MAX_CSTATE_LIMIT}). None leaves C-states alone.",
+        json_schema_extra=setting_doc(
+            why="C2 allowed (100 µs wake-up)",
+            runtime="`cpuidle/stateN/disable` for deeper states",
+            persistence="cmdline `processor.max_cstate=1` (+ `intel_idle.max_cstate=1` on "
+                        "Intel; `0` → `idle=poll`) + boot unit",
+            readback="cpuidle sysfs, `/sys/module/*/parameters/max_cstate`",
+        ),
     )
     cpu_governor: CpuGovernor | None = Field(
         "performance",
         description="cpufreq scaling governor (one the kernel knows: "
         f"{', '.join(CPU_GOVERNORS)}); None leaves it alone.",
+        json_schema_extra=setting_doc(
+            runtime="`scaling_governor`",
+            persistence="boot unit",
+            readback="sysfs",
+        ),
     )
     amd_pstate: Literal["active", "passive", "guided"] | None = Field(
         "active",
         description="amd_pstate mode put on the cmdline of AMD hosts (audit: "
         "acpi-cpufreq was in use). Ignored on Intel.",
+        json_schema_extra=setting_doc(
+            why="acpi-cpufreq instead of amd_pstate",
+            persistence="cmdline `amd_pstate=active` (AMD only)",
+            readback="`/sys/devices/system/cpu/amd_pstate/status`",
+        ),
     )
     memlock: Literal["unlimited"] | int = Field(
         "unlimited",
         description="RLIMIT_MEMLOCK for the host: 'unlimited' or bytes (65536 up to 2**50).",
+        json_schema_extra=setting_doc(
+            why="RLIMIT_MEMLOCK ~63 GB",
+            runtime="`systemctl daemon-reexec`",
+            persistence="`/etc/security/limits.d/90-gpunode-memlock.conf` + `DefaultLimitMEMLOCK`",
+            readback="`systemctl show -p DefaultLimitMEMLOCK`",
+        ),
     )
     cmdline: dict[str, str | None] = Field(
         {},
@@ -178,14 +243,28 @@ class NodeProfile(ProfileModel):
         description="Extra kernel cmdline parameters: key -> value, or null for a bare flag. "
         "Values: letters, digits and _ . , : / = + - @ % ~ (no spaces, quotes or $), up to "
         "256 characters.",
+        json_schema_extra=setting_doc(
+            persistence="your own `key: value` (or `key: null` flag)",
+            readback="`/proc/cmdline`",
+        ),
     )
     kernel_pin: str | None = Field(
         None,
         description="Kernel to keep: a kernel release such as '6.8.12-4-pve' or "
         "'6.12.117+deb13-amd64', 'running', or None for no pin.",
+        json_schema_extra=setting_doc(
+            why="kernel nine patches behind",
+            persistence="Proxmox: `proxmox-boot-tool kernel pin`; Debian: `GRUB_DEFAULT`; "
+                        "apt hold of the kernel package",
+            readback="`uname -r`",
+        ),
     )
     nvidia_driver: str | None = Field(
-        None, description="NVIDIA driver version to hold, e.g. '550.127.05'; None = no pin."
+        None, description="NVIDIA driver version to hold, e.g. '550.127.05'; None = no pin.",
+        json_schema_extra=setting_doc(
+            persistence="apt preferences pin + apt hold; a mismatch is reported",
+            readback="`/proc/driver/nvidia/version`",
+        ),
     )
     nvidia_packages: list[str] | None = Field(
         None,
@@ -194,11 +273,19 @@ class NodeProfile(ProfileModel):
         "NVIDIA package is installed yet. None = chosen by nvidia_kernel_modules and "
         "nvidia_repository: Debian nvidia-driver + nvidia-open-kernel-dkms (open) or "
         "nvidia-kernel-dkms (proprietary); CUDA repository nvidia-open or cuda-drivers.",
+        json_schema_extra=setting_doc(
+            runtime="what to install when none is installed; `null` = the flavour's packages for "
+                    "`nvidia_repository`",
+        ),
     )
     nvidia_repository: Literal["debian", "cuda"] = Field(
         "debian",
         description="Where the driver packages come from, for their names: debian (Debian's "
         "non-free/contrib) or cuda (NVIDIA's CUDA repository).",
+        json_schema_extra=setting_doc(
+            runtime="package names: `debian` (non-free/contrib) or `cuda` (NVIDIA's CUDA "
+                    "repository)",
+        ),
     )
     nvidia_kernel_modules: Literal["auto", "open", "proprietary"] = Field(
         "auto",
@@ -207,6 +294,15 @@ class NodeProfile(ProfileModel):
         "loaded flavour (/proc/driver/nvidia/version, modinfo license) is read and a mismatch "
         "reported; the flavour's packages are installed only when nvidia_driver_change allows "
         "it.",
+        json_schema_extra=setting_doc(
+            why="Blackwell on the proprietary modules does not start; Turing+ should use open",
+            runtime="only reported; with `nvidia_driver_change` the flavour's packages are "
+                    "installed: Debian `nvidia-driver` + `nvidia-open-kernel-dkms` / "
+                    "`nvidia-kernel-dkms`, CUDA repo `nvidia-open` / `cuda-drivers`",
+            persistence="the module the next boot loads",
+            readback="`/proc/driver/nvidia/version` (\"Open Kernel Module\"), `modinfo nvidia` "
+                     "license (`Dual MIT/GPL` / `NVIDIA`)",
+        ),
     )
     gpu_persistence: bool = Field(
         True,
@@ -214,6 +310,13 @@ class NodeProfile(ProfileModel):
         "installed, enabled and running, persistence mode Enabled on every GPU (read back "
         "from nvidia-smi). Without it each new process pays the GPU initialisation and power "
         "limits are lost. Not applicable on hosts without an NVIDIA driver.",
+        json_schema_extra=setting_doc(
+            why="persistence mode Disabled: GPU state torn down between clients, `-pl` lost",
+            runtime="`nvidia-persistenced` installed, enabled, started; `nvidia-smi -pm 1`",
+            persistence="the service + boot unit (`nvidia-smi -pm 1` after it)",
+            readback="`nvidia-smi` persistence mode per GPU; \"not applicable\" without an NVIDIA "
+                     "driver",
+        ),
     )
     gpu_power_limit: int | Literal["default", "max"] | dict[int, int | Literal[
         "default", "max"]] | None = Field(
@@ -223,6 +326,14 @@ class NodeProfile(ProfileModel):
         "limits alone. Applied now (nvidia-smi -pl) and at every boot after "
         "nvidia-persistenced; a value outside a GPU's min..max is refused, naming the GPU, "
         "before any change.",
+        json_schema_extra=setting_doc(
+            why="limit below default",
+            runtime="`nvidia-smi -i N -pl W` (watts, `default`, `max`; one value or `{index: "
+                    "value}`); outside a GPU's min..max: refused before any change, naming GPU, "
+                    "value, range",
+            persistence="boot unit, after `nvidia-persistenced`",
+            readback="`power.limit` right after the write; `nvidia-smi -q -x`",
+        ),
     )
     pcie_acs_redirect: Literal["keep", "off"] = Field(
         "keep",
@@ -231,22 +342,45 @@ class NodeProfile(ProfileModel):
         "pcie_selector devices only, now and at every boot, so GPU peer-to-peer traffic stays "
         "in the PCIe switch. Cost: the IOMMU no longer isolates devices behind those bridges "
         "(their IOMMU groups are in effect one): not on hosts that pass devices to VMs.",
+        json_schema_extra=setting_doc(
+            why="ACS ReqRedir+/CmpltRedir+ above the GPUs: peer traffic through the root complex",
+            runtime="`off`: `setpci -s BRIDGE ECAP_ACS+0x6.w=0000:003d` (SrcValid, ReqRedir, "
+                    "CmpltRedir, UpstreamFwd, EgressCtrl) on the bridges above `pcie_selector` "
+                    "devices only",
+            persistence="boot unit (sysfs parents of the matched devices)",
+            readback="ACSCtl read back after each write",
+        ),
     )
     nvidia_driver_change: bool = Field(
         False,
         description="Allow installing the pinned driver when another version is installed "
         "(otherwise the mismatch is only reported).",
+        json_schema_extra=setting_doc(
+            runtime="allow installing the pinned driver",
+        ),
     )
     reboot: bool = Field(
-        False, description="Allow the deploy to reboot to apply cmdline/kernel changes."
+        False, description="Allow the deploy to reboot to apply cmdline/kernel changes.",
+        json_schema_extra=setting_doc(
+            runtime="reboot (pyinfra `server.reboot`) when cmdline/kernel are not live yet; "
+                    "otherwise \"pending reboot\"",
+        ),
     )
     reboot_timeout: int = Field(
         900, ge=30, le=7200,
         description="Seconds to wait for the host to come back after a reboot (30-7200); "
         "a host that doesn't fails the run with its name.",
+        json_schema_extra=setting_doc(
+            runtime="how long the reboot may take before the run fails naming the host",
+        ),
     )
     bootloader: Literal["auto", "grub", "systemd-boot"] = Field(
-        "auto", description="How the cmdline is persisted; auto asks proxmox-boot-tool."
+        "auto", description="How the cmdline is persisted; auto asks proxmox-boot-tool.",
+        json_schema_extra=setting_doc(
+            runtime="`auto` asks `proxmox-boot-tool status`: systemd-boot → "
+                    "`/etc/kernel/cmdline` + `proxmox-boot-tool refresh`, else "
+                    "`/etc/default/grub` + `update-grub`",
+        ),
     )
     verify_timer: bool = Field(
         False,
@@ -254,6 +388,11 @@ class NodeProfile(ProfileModel):
         "its settings (sysctls, modules, MaxReadReq, C-states, governor, cmdline, memlock, "
         "kernel pin) with a read-only shell script and writes Prometheus textfile-collector "
         "metrics to metrics_dir/gpunode.prom, so drift between deploys shows in monitoring.",
+        json_schema_extra=setting_doc(
+            why="drift unseen between deploys",
+            persistence="`gpunode-verify.timer` every `verify_interval`",
+            readback="metrics in `metrics_dir` (see \"Drift you can watch\")",
+        ),
     )
     verify_interval: str = Field(
         "15min", description="How often the verify timer runs: a systemd time span such as "

@@ -1,0 +1,79 @@
+"""make docs: write the settings documentation generated from the schema.
+
+Every block between ``<!-- gpunode:generated NAME -->`` and ``<!-- /gpunode:generated -->``
+in README.md and in each role's defaults.py is rendered from the pydantic schema
+(gpunode.roles.profile.docs):
+
+- ``readme:node``: the host profile (NodeProfile), one row per setting;
+- ``readme:container``: a container on the Proxmox host (ContainerSpec);
+- ``readme:container-role``: the container role's settings (ContainerSettings);
+- ``role:NAME``: the fields gpunode.roles.NAME.defaults.READS names, of its SCHEMA.
+
+    python -m tools.docs          # rewrite the blocks
+    python -m tools.docs --check  # exit 1 when a block differs (tests/unit/test_docs.py)
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from pathlib import Path
+
+from gpunode.roles.container.defaults import ContainerSettings
+from gpunode.roles.profile.container import ContainerSpec
+from gpunode.roles.profile.docs import field_rows, markdown_table, text_list
+from gpunode.roles.profile.node import NodeProfile
+
+REPO = Path(__file__).resolve().parents[1]
+ROLES = sorted(p.parent.name for p in (REPO / "gpunode" / "roles").glob("*/defaults.py"))
+FILES = [REPO / "README.md", *(REPO / "gpunode" / "roles" / r / "defaults.py" for r in ROLES)]
+BLOCK = re.compile(r"(<!-- gpunode:generated (?P<name>[\w:-]+) -->\n)(?P<body>.*?)"
+                   r"(<!-- /gpunode:generated -->)", re.S)
+
+HOST_COLUMNS = {"field": "field", "default": "default", "description": "what it is",
+                "why": "audit finding", "runtime": "runtime", "persistence": "persistence",
+                "readback": "read back"}
+CONTAINER_COLUMNS = {"field": "field", "default": "default", "description": "what it is",
+                     "why": "why", "runtime": "how it is applied"}
+README_MODELS = {"node": (NodeProfile, HOST_COLUMNS), "container": (ContainerSpec,
+                 CONTAINER_COLUMNS), "container-role": (ContainerSettings, CONTAINER_COLUMNS)}
+
+
+def role_defaults(role: str):
+    return importlib.import_module(f"gpunode.roles.{role}.defaults")
+
+
+def render(name: str) -> str:
+    kind, _, arg = name.partition(":")
+    if kind == "readme":
+        model, columns = README_MODELS[arg]
+        return markdown_table(field_rows(model), columns)
+    if kind == "role":
+        module = role_defaults(arg)
+        return text_list(field_rows(module.SCHEMA, module.READS))
+    raise KeyError(f"unknown generated block {name!r}")
+
+
+def regenerate(text: str) -> str:
+    return BLOCK.sub(lambda m: m.group(1) + render(m.group("name")) + m.group(4), text)
+
+
+def stale_files() -> list[Path]:
+    return [path for path in FILES if regenerate(path.read_text()) != path.read_text()]
+
+
+def main(argv: list[str]) -> int:
+    stale = stale_files()
+    if "--check" in argv:
+        for path in stale:
+            print(f"{path.relative_to(REPO)}: generated settings text differs: run make docs")
+        return 1 if stale else 0
+    for path in stale:
+        path.write_text(regenerate(path.read_text()))
+        print(f"wrote {path.relative_to(REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
