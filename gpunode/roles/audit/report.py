@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -18,6 +19,8 @@ from gpunode.roles.profile.check import Check, open_count, subject_of
 RANK_ORDER = {"P0": 0, "P1": 1, "P2": 2}
 REPORT_FORMATS = {"json": ("json",), "md": ("md",), "both": ("json", "md"), "none": (),
                   "": ()}
+TABLE_WIDTH = 96  # pyinfra's logger indents by 4: the report stays within 100 columns
+LAST_MIN = 24
 TERMINAL_WIDTHS = {"check": 44, "live": 56, "want": 28}
 
 
@@ -80,14 +83,31 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 1] + "~"
 
 
-def _table(headers: list[str], rows: list[list[str]], indent: str = "  ") -> list[str]:
+def _table(headers: list[str], rows: list[list[str]], indent: str = "  ",
+           width: int = TABLE_WIDTH) -> list[str]:
+    """Aligned columns, at most `width` wide: the last column wraps under itself, and when the
+    others leave it less than LAST_MIN columns the widest of them gives way (its cells end in
+    '~'; the JSON and Markdown reports keep every value whole)."""
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):
             widths[i] = max(widths[i], len(cell))
-    def line(cells: list[str]) -> str:
-        return (indent + "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True))).rstrip()
-    return [line(headers)] + [line(r) for r in rows]
+    lead = widths[:-1]
+    while lead and len(indent) + sum(lead) + 2 * len(lead) + LAST_MIN > width and max(lead) > 12:
+        lead[lead.index(max(lead))] -= 1
+    start = len(indent) + sum(lead) + 2 * len(lead)
+    last = max(LAST_MIN, width - start)
+
+    def lines(cells: list[str]) -> list[str]:
+        head = indent + "".join(_clip(c, w).ljust(w) + "  "
+                                for c, w in zip(cells, lead, strict=False))
+        wrapped = textwrap.wrap(" ".join(cells[-1].split()), last) or [""]
+        return [(head + wrapped[0]).rstrip()] + [" " * start + more for more in wrapped[1:]]
+
+    out = lines(headers)
+    for row in rows:
+        out += lines(row)
+    return out
 
 
 def fold_ok(checks: list[Check]) -> list[Check]:
@@ -137,32 +157,34 @@ def render_table(host: str, checks: list[Check]) -> str:
         for row_line, fix, c in zip(table[1:], fixes, actionable, strict=True):
             lines.append(row_line)
             if fix:
-                lines.append(f"        fix: {' '.join(fix.split())}")
+                lines += textwrap.wrap(" ".join(fix.split()), TABLE_WIDTH,
+                                       initial_indent="        fix: ", subsequent_indent=" " * 13)
             if c.note:
-                lines.append(f"        why: {' '.join(c.note.split())}")
+                lines += textwrap.wrap(" ".join(c.note.split()), TABLE_WIDTH,
+                                       initial_indent="        why: ", subsequent_indent=" " * 13)
         lines.append("")
     good = fold_ok([c for c in checks if c.status == "ok"])
     if good:
         lines.append("Confirmed good")
         lines += _table(["CHECK", "LIVE", "NOTE"],
                         [[_clip(c.name, w["check"]), _clip(c.live, w["live"] + 24),
-                          _clip(c.note, 60)] for c in good])
+                          c.note] for c in good])
         lines.append("")
     limits = fold_ok([c for c in checks if c.status == "limit"])
     if limits:
         lines.append("Known limits (the hardware's own: nothing to chase)")
         lines += _table(["CHECK", "LIVE", "WHY"],
                         [[_clip(c.name, w["check"]), _clip(c.live, w["live"]),
-                          _clip(c.fix.removeprefix("none: "), 70)] for c in limits])
+                          c.fix.removeprefix("none: ")] for c in limits])
         lines.append("")
     absent = [c for c in checks if c.status == "n/a"]
     if absent:
         lines.append("Not present / not applicable")
         lines += _table(["CHECK", "WHY"],
-                        [[_clip(c.name, w["check"]), _clip(c.live, 90)] for c in absent])
+                        [[_clip(c.name, w["check"]), c.live] for c in absent])
         lines.append("")
     for line in pending_lines(host, checks):
-        lines.append(line)
+        lines += textwrap.wrap(line, TABLE_WIDTH, subsequent_indent="    ")
     return "\n".join(lines).rstrip() + "\n"
 
 
