@@ -10,7 +10,8 @@ update`, as apt 2 (gpgv) and apt 3 (Debian 13: sqv, Sequoia's policy) print them
   an error code (1), error message is: Signing key on FPR is not bound: ... because: SHA1 is
   not considered secure since 2026-02-01T00:00:00Z", "E: The repository 'URI  InRelease' is not
   signed.", apt 3's "Warning: ... Policy will reject signature within a year, see --audit for
-  details", its multi-line "Audit: ..." and gpgv's "NO_PUBKEY A4B469963BF863CC";
+  details", its multi-line "Audit: ..." and gpgv's "W: GPG error: URI SUITE InRelease: ...
+  NO_PUBKEY 6ED0E7B82643E131" (repositories are named "URI" or "URI SUITE");
 - `signature_problem_message(host, problem, sources)`: the repository, the file that defines
   it and the fix, instead of apt's raw text.
 """
@@ -167,12 +168,15 @@ def parse_apt_sources_sections(text: str) -> list[AptSource]:
 
 
 def source_for(repository: str, sources: list[AptSource]) -> AptSource | None:
-    """The enabled source whose URI the repository (as apt names it) starts with."""
-    wanted = repository.rstrip("/")
+    """The enabled source of a repository as apt names it ("URI" or "URI SUITE"): its URI
+    starts the name, and its suites hold the suite when one is named."""
+    uri_part, _, suite = repository.partition(" ")
+    wanted = uri_part.rstrip("/")
     for source in sources:
-        for uri in source.uris:
-            if source.enabled and wanted.startswith(uri.rstrip("/")):
-                return source
+        if not source.enabled or (suite and suite not in source.suites):
+            continue
+        if any(wanted.startswith(uri.rstrip("/")) for uri in source.uris):
+            return source
     return None
 
 
@@ -195,8 +199,10 @@ class AptSources(FactBase):
 
 _PREFIX_RE = re.compile(r"^(?P<level>W|E|Err|Warning|Error|Audit|Notice|N):\s*(?P<text>.*)$")
 _URI = r"(?:https?|ftp|file|cdrom|mirror(?:\+\w+)?|tor\+https?)://[^\s']+"
-# "URI  InRelease" (two spaces, apt's description) or "URI/InRelease" (a fetch URL).
-_REPO_RE = re.compile(rf"(?P<uri>{_URI}?)(?:/|\s+)(?:InRelease|Release(?:\.gpg)?)\b")
+# apt's names for a repository's Release file: "URI SUITE InRelease", "URI  InRelease" (a flat
+# repository, two spaces) or "URI/InRelease" (a fetch URL).
+_REPO_RE = re.compile(rf"(?P<uri>{_URI}?)(?:/|\s+(?:(?P<suite>[^\s/']+)\s+)?)"
+                      r"(?:InRelease|Release(?:\.gpg)?)\b")
 _ANY_URI_RE = re.compile(rf"(?P<uri>{_URI})")
 _KEY_RES = (
     re.compile(r"Signing key on (?P<key>[0-9A-Fa-f]{16,40}) is not bound"),
@@ -254,7 +260,8 @@ def parse_apt_update(text: str) -> list[AptSignatureProblem]:
         repo = _REPO_RE.search(line) or _ANY_URI_RE.search(line)
         if repo is None:
             continue
-        repository = repo.group("uri").rstrip("/")
+        suite = repo.groupdict().get("suite")
+        repository = repo.group("uri").rstrip("/") + (f" {suite}" if suite else "")
         key = next((m.group("key").upper() for r in _KEY_RES if (m := r.search(line))), None)
         why = _WHY_RE.search(line)
         detail = why.group("why") if why else ""

@@ -127,3 +127,25 @@ def test_update_log_and_messages():
     errors, warnings = update_messages("gpu1", fine)
     assert errors == [] and len(warnings) == 1
     assert "2>&1" in APT_UPDATE_COMMAND and APT_UPDATE_COMMAND.endswith("apt-update.log")
+
+
+def test_real_no_pubkey_from_this_machines_apt_with_both_source_formats():
+    """Produced here (apt 2.6.1): trixie signed-by a bullseye key, once as a .sources stanza,
+    once as a .list line (identical output): the repository named with its suite, and the
+    file that defines it found in either format."""
+    (problem,) = parse_apt_update(read("apt/apt2.6_update_no_pubkey_wrong_signed_by.txt"))
+    assert (problem.repository, problem.kind, problem.key, problem.fatal) == (
+        "http://deb.debian.org/debian trixie", "no public key", "6ED0E7B82643E131", True)
+    debian12 = parse_deb822_sources(read("apt/debian12_build_vm_commented.sources"),
+                                    "/etc/apt/sources.list.d/debian.sources")
+    assert [s.suites for s in debian12] == [["bookworm", "bookworm-updates"],
+                                            ["bookworm-security"]]  # comments inside stanzas
+    for name, parse in (("wrong_key_trixie.sources", parse_deb822_sources),
+                        ("wrong_key_trixie.list", parse_sources_list)):
+        path = f"/etc/apt/sources.list.d/{name}"
+        sources = debian12 + parse(read(f"apt/{name}"), path)
+        assert source_for(problem.repository, sources).path == path  # not debian.sources
+        message = signature_problem_message("gpu1", problem, sources)
+        assert message.startswith("gpu1: apt rejects the signature of http://deb.debian.org/"
+                                  f"debian trixie (defined in {path}, key 6ED0E7B82643E131): "
+                                  "public key is not available: NO_PUBKEY 6ED0E7B82643E131")
