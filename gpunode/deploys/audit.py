@@ -33,12 +33,12 @@ from gpunode.roles.audit.report import active_timeout, report_formats
 from gpunode.roles.audit.run import audit_node
 from gpunode.roles.audit.snapshot import AUDIT_READ, snapshot_reads
 from gpunode.roles.facts.cache import prefetch
-from gpunode.roles.profile.loader import validate_hosts
+from gpunode.roles.profile.loader import profiles_of_run
 
 
 def audit() -> None:
     """The read-only readiness report of this host (options: host data report, report_dir)."""
-    profile = validate_hosts(state.inventory)[host.name]
+    profile = profiles_of_run(state.inventory)[host.name]
     prefetch([*snapshot_reads(profile).values(), AUDIT_READ])
 
     try:

@@ -7,13 +7,13 @@ from gpunode.roles.audit.verify import verify_node, verify_prefetch
 from gpunode.roles.facts.cache import prefetch
 from gpunode.roles.gpu_runtime import gpu_runtime, gpu_runtime_problems, gpu_runtime_reads
 from gpunode.roles.host_tuning import host_tuning, host_tuning_reads
-from gpunode.roles.profile.loader import validate_hosts
+from gpunode.roles.profile.loader import profiles_of_run
 
 
 def host_tuning_only() -> None:
     """sysctls, modules, MaxReadReq, ACS, C-states, governor, memlock, GPU persistence and
     power limits; then verify."""
-    profile = validate_hosts(state.inventory)[host.name]
+    profile = profiles_of_run(state.inventory)[host.name]
     prefetch([*host_tuning_reads(profile), *gpu_runtime_reads(profile),
               *verify_prefetch(profile)])
     gpu_runtime_problems(host.name, profile)  # refuses before any change

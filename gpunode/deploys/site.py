@@ -13,14 +13,14 @@ from gpunode.roles.gpu_runtime import gpu_runtime, gpu_runtime_problems, gpu_run
 from gpunode.roles.host_tuning import host_tuning, host_tuning_reads
 from gpunode.roles.kernel import kernel_boot, kernel_pin_for_host, kernel_reads
 from gpunode.roles.nvidia_driver import nvidia_driver, nvidia_driver_reads
-from gpunode.roles.profile.loader import validate_hosts
+from gpunode.roles.profile.loader import profiles_of_run
 from gpunode.roles.verify_timer import verify_timer, verify_timer_reads
 
 
 def site() -> None:
     """Host tuning, GPU runtime, NVIDIA driver pin and flavour, the verify timer (opt-in),
     kernel cmdline and pin (reboot if allowed), verify."""
-    profile = validate_hosts(state.inventory)[host.name]
+    profile = profiles_of_run(state.inventory)[host.name]
     prefetch([*host_tuning_reads(profile), *gpu_runtime_reads(profile),
               *nvidia_driver_reads(profile), *kernel_reads(profile), *verify_prefetch(profile),
               *verify_timer_reads(profile)])

@@ -2,7 +2,12 @@
 
 import pytest
 
-from gpunode.roles.profile.loader import ProfileError, load_profile, validate_hosts
+from gpunode.roles.profile.loader import (
+    ProfileError,
+    load_profile,
+    profiles_of_run,
+    validate_hosts,
+)
 from gpunode.roles.profile.node import DEFAULT_SYSCTLS, NodeProfile
 
 
@@ -151,3 +156,21 @@ def test_a_pasted_4k_value_is_shown_cut():
 def test_real_values_pass(data, value):
     profile = load_profile("h", {"gpunode": data})
     assert value in str(profile.model_dump())
+
+
+def test_a_run_validates_its_inventory_once(monkeypatch):
+    """Each host's deploy asks for its profile: the inventory is validated once per run, not
+    once per host (N hosts x N validations would grow with the square of the fleet)."""
+    from pyinfra.api import Config, Inventory, State
+    from pyinfra.context import ctx_state
+
+    import gpunode.roles.profile.loader as loader
+
+    state = State(Inventory(([("a", {"gpunode": {}}), ("b", {"gpunode": {}})], {})), Config())
+    calls = []
+    real = loader.validate_hosts
+    monkeypatch.setattr(loader, "validate_hosts", lambda hosts: calls.append(1) or real(hosts))
+    with ctx_state.use(state):
+        first = profiles_of_run(state.inventory)
+        assert profiles_of_run(state.inventory) is first
+    assert sorted(first) == ["a", "b"] and len(calls) == 1

@@ -12,6 +12,7 @@ from pyinfra.api.exceptions import PyinfraError
 
 from gpunode.roles.profile.allowed import shown
 from gpunode.roles.profile.node import NodeProfile
+from gpunode.roles.pyinfra_adapter import run_store
 
 PROFILE_DATA_KEY = "gpunode"
 PROFILE_FILE_KEY = "gpunode_profile_file"
@@ -79,6 +80,15 @@ def host_data_mapping(host: Any) -> dict[str, Any]:
     if isinstance(data, Mapping):
         return dict(data)
     return {key: data.get(key) for key in (PROFILE_DATA_KEY, PROFILE_FILE_KEY)}
+
+
+def profiles_of_run(inventory: Iterable[Any]) -> dict[str, NodeProfile]:
+    """validate_hosts() of the run's inventory, once per run: each host's deploy asks, and
+    validating N hosts N times would grow with the square of the fleet."""
+    store = run_store("_gpunode_profiles")
+    if "profiles" not in store:
+        store["profiles"] = validate_hosts(inventory)
+    return store["profiles"]
 
 
 def validate_hosts(hosts: Iterable[Any]) -> dict[str, NodeProfile]:
