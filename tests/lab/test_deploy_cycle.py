@@ -155,11 +155,17 @@ def test_1b_audit_reports_every_failing_host_of_a_fleet(cycle, tmp_path):
     assert live_state(cycle["vm"], cycle["profile"]) == cycle["fresh"]
 
 
+BUNDLE = "gpunode.roles.facts.bundle.FactBundle"
+
+
 def test_2_apply_sets_live_values_and_reports_refused_maxreadreq(cycle):
+    """The first converge reads the node twice: the prefetch, and the verify's read-back of
+    what the operations changed (no fact read on its own, none twice before the verify)."""
     vm, profile = cycle["vm"], cycle["profile"]
-    run = run_pyinfra(SITE, "-y")
+    run = run_pyinfra(SITE, "-y", "-v")
     assert run.returncode == 0, run.log
     assert run.errors() == []
+    assert run.loaded_facts() == [BUNDLE, BUNDLE], run.loaded_facts()
     state = live_state(vm, profile)
     assert_profile_live(state, profile)
     assert "processor.max_cstate=1" in state["grub"]
@@ -220,9 +226,6 @@ def test_4_reboot_allowed_applies_cmdline_and_boot_unit_reapplies(cycle):
     assert "Failed" not in modules_log
     for module in profile.modules:
         assert module in state["modules"]
-
-
-BUNDLE = "gpunode.roles.facts.bundle.FactBundle"
 
 
 def test_5_rerun_changes_nothing(cycle):

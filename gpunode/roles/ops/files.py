@@ -25,7 +25,6 @@ from jinja2 import DictLoader, Environment, StrictUndefined
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, StringCommand, operation
 from pyinfra.facts.files import Directory, FileContents
-from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from gpunode.roles.facts.cache import cached_fact, changes_fact
 from gpunode.roles.facts.kernel_params import KernelParams
@@ -119,11 +118,12 @@ def atomic_write_commands(text: str, dest: str, mode: str, after: str | None = N
     ]
 
 
-# What an `after` command changes besides the file (gpunode.roles.facts.cache): the unit
-# states systemd reports, and for a re-exec its defaults (DefaultLimitMEMLOCK, in KernelParams).
+# What an `after` command changes besides the file (gpunode.roles.facts.cache). A reload
+# starts, stops, enables nothing (a unit's active and enabled states stay what they were); a
+# re-exec also changes systemd's defaults (DefaultLimitMEMLOCK, read by KernelParams).
 AFTER_CHANGES: dict[str, tuple[type, ...]] = {
-    "systemctl daemon-reload": (SystemdStatus, SystemdEnabled),
-    "systemctl daemon-reexec": (SystemdStatus, SystemdEnabled, KernelParams),
+    "systemctl daemon-reload": (),
+    "systemctl daemon-reexec": (KernelParams,),
 }
 
 
