@@ -201,6 +201,8 @@ def measure(label: str, inventory: Path, deploy: str, extra: list[str], log: Pat
         "remote_commands": run.remote_commands,
         "remote_commands_per_host": None,
         "other_vm_cpu_s": run.contention.other_vm_cpu_s if run.contention else None,
+        "load_avg_1m": ([run.contention.load_avg_1m_start, run.contention.load_avg_1m_end]
+                        if run.contention else None),
         "log": str(log),
     }
     if run.remote_commands is not None and connected:
