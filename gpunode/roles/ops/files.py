@@ -199,5 +199,6 @@ def directory_present(path: str, mode: str = "755"):
     if cached_fact(Directory, path=path):
         host.noop(f"{path} exists")
         return
+    changes_fact(Directory, path=path)
     quoted = shlex.quote(path)
     yield StringCommand(f"mkdir -p {quoted} && chmod {mode} {quoted}")
