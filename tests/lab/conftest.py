@@ -38,11 +38,39 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 _BEATS: dict[str, Heartbeat] = {}
 
 
+class _Uncaptured:
+    """stderr with pytest's capture suspended for each write: a heartbeat reaches the
+    terminal (or CI log) while the test's own output is captured."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.capman = config.pluginmanager.getplugin("capturemanager")
+
+    def write(self, text: str) -> None:
+        with self.capman.global_and_fixture_disabled():
+            sys.__stderr__.write(text)
+            sys.__stderr__.flush()
+
+    def flush(self) -> None:
+        pass
+
+    def isatty(self) -> bool:
+        return False
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    global _STREAM
+    _STREAM = _Uncaptured(config)
+
+
+_STREAM: _Uncaptured | None = None
+
+
 def pytest_runtest_logstart(nodeid: str, location: tuple) -> None:
     """A lab test runs for minutes: say which, and keep saying it while it is silent."""
-    if "tests/lab/" not in nodeid:
+    if "tests/lab/" not in nodeid or _STREAM is None:
         return
-    beat = Heartbeat(f"[lab] {nodeid.split('/')[-1]}", every=30.0, stream=sys.__stderr__)
+    name = nodeid.split("/")[-1]
+    beat = Heartbeat(f"[lab] {name}", every=30.0, stream=_STREAM)  # type: ignore[arg-type]
     _BEATS[nodeid] = beat.__enter__()
 
 
