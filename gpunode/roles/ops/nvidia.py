@@ -18,6 +18,7 @@ from gpunode.roles.facts.bundle import FactRead
 from gpunode.roles.facts.cache import cached_fact, changes_fact
 from gpunode.roles.facts.nvidia import NvidiaGpu, NvidiaSmi, NvidiaSmiReport
 from gpunode.roles.facts.sections import as_model
+from gpunode.roles.ops.changes import report_change
 from gpunode.roles.ops.shell import script_text
 
 PowerSetting = int | str | Mapping[int, int | str]
@@ -101,6 +102,9 @@ def persistence_mode():
         host.noop(f"persistence mode Enabled on {len(report.gpus)} GPU(s)")
         return
     changes_fact(NvidiaSmi, part=PERSISTENCE)
+    for gpu in off:
+        report_change(f"GPU{gpu.index} persistence mode", gpu.persistence_mode, "Enabled",
+                      where="runtime; the boot unit sets it again after nvidia-persistenced")
     yield StringCommand(PERSISTENCE_COMMAND)
 
 
@@ -124,6 +128,9 @@ def power_limits(setting: PowerSetting):
     if todo:
         changes_fact(NvidiaSmi, part=POWER)
     for index, watts in todo.items():
+        old = current.get(index)
+        report_change(f"GPU{index} power limit", f"{old:g} W" if old is not None else None,
+                      f"{watts} W", where="runtime; re-applied at boot by gpunode-tune")
         yield StringCommand(power_limit_command(index, watts))
     if not todo:
         host.noop("power limits: " + ", ".join(f"GPU{i} {w} W" for i, w in targets.items()))

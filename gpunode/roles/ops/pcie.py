@@ -185,6 +185,8 @@ def acs_redirect_off(selector: PcieSelector):
     if todo:
         changes_fact(PcieDevices, part=ACS)
     for bridge in todo:
+        report_change(f"ACS {bridge.bdf}", "+".join(acs_redirecting(bridge)), "redirect off",
+                      where="runtime; cleared again at boot by gpunode-tune")
         yield StringCommand(acs_write_command(bridge.bdf))
     if not todo:
         host.noop(f"ACS redirect off on {len(bridges)} ACS-capable bridge(s) above "
