@@ -140,3 +140,20 @@ def test_no_nvidia_package_says_what_to_set():
     allowed = NodeProfile(nvidia_driver="550.127.05", nvidia_driver_change=True,
                           nvidia_packages=["cuda-drivers-550"])
     assert mismatch_action(allowed, plan, "open") == "installing cuda-drivers-550 at 550.127.05"
+
+
+def test_packages_follow_the_flavour_and_repository():
+    from gpunode.roles.nvidia_driver import packages_to_install
+    from gpunode.roles.profile.node import NodeProfile
+
+    assert packages_to_install(NodeProfile(), "open") == ["nvidia-driver",
+                                                          "nvidia-open-kernel-dkms"]
+    assert packages_to_install(NodeProfile(), "proprietary") == ["nvidia-driver",
+                                                                 "nvidia-kernel-dkms"]
+    assert packages_to_install(NodeProfile(nvidia_repository="cuda"), "open") == ["nvidia-open"]
+    assert packages_to_install(NodeProfile(nvidia_repository="cuda"),
+                               "proprietary") == ["cuda-drivers"]
+    assert packages_to_install(NodeProfile(nvidia_kernel_modules="proprietary"),
+                               None) == ["nvidia-driver", "nvidia-kernel-dkms"]
+    assert packages_to_install(NodeProfile(nvidia_packages=["nvidia-driver-full"]),
+                               "open") == ["nvidia-driver-full"]
