@@ -127,3 +127,25 @@ def test_power_limit_command_reads_back():
     command = power_limit_command(1, 300)
     assert command.startswith("nvidia-smi -i 1 -pl 300 >/dev/null && ")
     assert "--query-gpu=power.limit" in command and "exit 1" in command
+
+
+# --- ACS on the lab guest's QEMU root ports (real captures of this project's lab) -----------
+
+
+def test_lab_root_ports_acs_and_the_bridges_above_the_standins():
+    from gpunode.roles.facts.pcie import parse_pci_paths
+    from gpunode.roles.ops.pcie import acs_redirecting, bridges_above
+    from gpunode.roles.profile.node import PcieSelector
+
+    devices = parse_lspci_vvv(read("pcie/lspci_vvvnnD_lab_qemu_root_ports_acs_off.txt"))
+    (on,) = parse_lspci_vvv(read("pcie/lspci_vvvnnD_lab_qemu_root_port_acs_on.txt"))
+    assert on.bdf == "0000:00:03.0" and on.device_id == "000c"
+    assert acs_redirecting(on) == ["SrcValid", "ReqRedir", "CmpltRedir", "UpstreamFwd"]
+    devices = [on if d.bdf == on.bdf else d for d in devices]
+    paths = parse_pci_paths(read("pcie/readlink_sys_bus_pci_devices_lab_qemu.txt"))
+    assert paths["0000:01:00.0"] == ["0000:00:03.0"]
+    lab = PcieSelector(vendor="8086", device="10d3", classes=["0200"])
+    bridges = bridges_above(devices, paths, lab)
+    assert [b.bdf for b in bridges] == ["0000:00:03.0", "0000:00:04.0"]  # not the NIC's 05.0
+    assert [acs_redirecting(b) for b in bridges] == [
+        ["SrcValid", "ReqRedir", "CmpltRedir", "UpstreamFwd"], []]
