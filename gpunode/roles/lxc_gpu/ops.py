@@ -51,7 +51,7 @@ from gpunode.roles.profile.container import (
     pct_resize_args,
     pct_set_args,
 )
-from gpunode.roles.pyinfra_adapter import is_executing
+from gpunode.roles.pyinfra_adapter import current_state, is_executing, run_store
 
 PVE_LXC_DIR = "/etc/pve/lxc"
 BACKUP_DIR = "/var/backups/gpunode/pve-lxc"
@@ -199,8 +199,18 @@ def report_decisions(path: str, decisions: Sequence[Decision], changed: bool) ->
         elif d.action in ("add", "remove"):
             report_change(f"{path} {d.action}", new=d.line, where=d.reason)
         elif changed:
-            prefix = getattr(host, "print_prefix", None) or f"[{host.name}] "
-            logger.info(f"{prefix}{path}: {d}")
+            _log_once(f"{path}: {d}")
+
+
+def _log_once(message: str) -> None:
+    """Log a line once per host and run (pyinfra evaluates an operation twice)."""
+    if current_state() is not None:
+        seen = run_store("_gpunode_lxc_decisions").setdefault(host.name, set())
+        if message in seen:
+            return
+        seen.add(message)
+    prefix = getattr(host, "print_prefix", None) or f"[{host.name}] "
+    logger.info(f"{prefix}{message}")
 
 
 def refuse_if_locked(vmid: int, config_text: str) -> None:

@@ -57,7 +57,8 @@ def run_role(facts: dict) -> list[tuple[str, list[str]]]:
             for op_hash in state.get_op_order():
                 (name,) = state.get_op_meta(op_hash).names
                 data = state.get_op_data_for_host(host, op_hash)
-                commands = [str(c.get_raw_value()) for c in data.command_generator()]
+                commands = [str(c.get_raw_value()) if hasattr(c, "get_raw_value") else repr(c)
+                            for c in data.command_generator()]
                 plan.append((name.split(" | ", 1)[1], commands))
     return plan
 
@@ -98,3 +99,31 @@ def test_converged_host_yields_no_command():
     })
     assert len(plan) == 4
     assert all(commands == [] for _, commands in plan)
+
+
+def test_the_run_names_each_hand_written_gpu_line_it_changes_keeps_or_leaves(caplog):
+    """Take over, don't fight: a hand-written block for both GPUs, nvidia-modeset included;
+    the spec declares GPU 1. Every line the edit drops or keeps is named, with its reason."""
+    hand_written = CONFIG + (
+        "lxc.cgroup2.devices.allow: c 195:* rwm\n"
+        "lxc.mount.entry: /dev/nvidia0 dev/nvidia0 none bind,optional,create=file\n"
+        "lxc.mount.entry: /dev/nvidia1 dev/nvidia1 none bind,optional,create=file\n"
+        "lxc.mount.entry: /dev/nvidia-modeset dev/nvidia-modeset none bind,optional,create=file\n"
+    )
+    caplog.set_level("INFO", logger="pyinfra")
+    plan = run_role({
+        **HOST,
+        "PctList": {110: {"status": "stopped", "lock": "", "name": "llm-a"}},
+        "PveLxcConfigText": hand_written,
+        "LxcStartedConfig": None,
+    })
+    assert plan[1][1], "the config is rewritten"
+    log = caplog.text
+    assert ("change: /etc/pve/lxc/110.conf remove: lxc.cgroup2.devices.allow: c 195:* rwm "
+            "(allows every GPU; the container declares only some)") in log
+    assert ("change: /etc/pve/lxc/110.conf remove: lxc.mount.entry: /dev/nvidia0 dev/nvidia0 "
+            "none bind,optional,create=file (GPU 0 is not in this container's gpus)") in log
+    assert ("/etc/pve/lxc/110.conf: keep: lxc.mount.entry: /dev/nvidia1 dev/nvidia1 none "
+            "bind,optional,create=file (passes /dev/nvidia1)") in log
+    assert log.count("leave: lxc.mount.entry: /dev/nvidia-modeset") == 1
+    assert "change: /etc/pve/lxc/110.conf add: lxc.cgroup2.devices.allow: c 195:1 rwm" in log
