@@ -29,7 +29,8 @@ from gpunode.roles.ops.pcie import acs_write_command, write_and_verify_command
 from gpunode.roles.ops.shell import argv_text
 from gpunode.roles.ops.sysctl import write_and_verify_command as sysctl_write
 from gpunode.roles.profile.container import ContainerSpec, pct_create_args, pct_set_args
-from gpunode.roles.profile.node import BEST_EFFORT_SYSCTLS, NodeProfile
+from gpunode.roles.profile.node import NodeProfile
+from gpunode.roles.profile.sysctls import BEST_EFFORT_SYSCTLS
 
 GRUB = (Path(__file__).parents[1] / "data" / "grub" / "debian12-default-grub").read_text()
 CPUS = [CpuState(vendor="AuthenticAMD"), CpuState(vendor="GenuineIntel")]

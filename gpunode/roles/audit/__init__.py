@@ -6,7 +6,7 @@
   plus `facts.AuditFacts`: IOMMU, PCI tree, nvidia-smi -q -x, NVLink, driver, kernels,
   Proxmox, containers, in one command);
 - `checks.audit_checks(profile, snap)`: pure, -> list[Check] (`checks.tuning_checks` is its
-  first part; `gpu_checks` and `system_checks` hold the rest);
+  first part; `gpu_checks`, `pcie_checks` and `system_checks` hold the rest);
 - `report.render_table / render_markdown / to_json / write_reports`: pure renderers;
 - `run.audit_node`: the operation of deploy/audit.py (no command on the node; fails the host
   through a local failing command when a P0 or P1 is open, so every other host still runs);

@@ -7,24 +7,22 @@ applicable or not present here.
 - `tuning_checks(profile, snap)`: every setting of the profile against the live node (what
   deploy/site.py converges);
 - `audit_checks(profile, snap)`: those plus the hardware, GPU, driver, kernel and container
-  checks of the readiness audit (gpunode.roles.audit.gpu_checks, gpunode.roles.audit.system_checks).
+  checks of the readiness audit (gpunode.roles.audit.gpu_checks, pcie_checks, system_checks, ...).
 """
 
 from __future__ import annotations
 
 from gpunode.roles.audit.bandwidth_checks import check_measured_bandwidth
-from gpunode.roles.audit.gpu_checks import (
+from gpunode.roles.audit.gpu_checks import check_gpu_inventory, check_gpu_state, check_nvlink
+from gpunode.roles.audit.p2p_checks import check_p2p_paths
+from gpunode.roles.audit.pcie_checks import (
     check_acs,
-    check_gpu_inventory,
-    check_gpu_state,
     check_iommu,
     check_max_payload,
-    check_nvlink,
     check_pcie_links,
     check_rebar,
     check_unreadable_pcie,
 )
-from gpunode.roles.audit.p2p_checks import check_p2p_paths
 from gpunode.roles.audit.runtime_checks import (
     check_module_flavour,
     check_persistence,

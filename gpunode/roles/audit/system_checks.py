@@ -7,12 +7,16 @@ Pure functions of a NodeProfile and a NodeSnapshot. Hosts without Proxmox get on
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 
 from gpunode.roles.audit.facts import ContainerState
 from gpunode.roles.audit.gpu_checks import NOT_READ, lspci_gpus
 from gpunode.roles.audit.snapshot import NodeSnapshot
 from gpunode.roles.facts.cmdline import grub_cmdline_value
 from gpunode.roles.facts.dpkg import upstream_version
+from gpunode.roles.facts.kernels import KernelPackages
+from gpunode.roles.facts.nvidia import NvidiaSmiReport
+from gpunode.roles.facts.pcie import PcieDevice
 from gpunode.roles.facts.proxmox import esp_problem_message
 from gpunode.roles.lxc_gpu.numa import parse_cpulist
 from gpunode.roles.profile.check import DEPLOY_FIX, Check, not_applicable, ok
@@ -35,67 +39,103 @@ def host_driver_version(snap: NodeSnapshot) -> str | None:
     return None
 
 
-def check_driver(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
-    """Loaded module vs user-space library (NVML mismatch) vs the profile's pinned version."""
-    name = kind = "NVIDIA driver"
-    if snap.nvidia is None:
-        return [not_applicable(name, NOT_READ, kind=kind)]
-    devices = lspci_gpus(snap)
-    smi = snap.nvidia
-    loaded = snap.driver_loaded
-    installed = {upstream_version(v) for v in (snap.driver_packages or {}).values()
-                 if v and v[0].isdigit()}
-    if not devices and not smi.present and not loaded:
-        return [not_applicable(name, "not present: no NVIDIA GPU or driver", kind=kind)]
+_DRIVER = "NVIDIA driver"
+
+
+@dataclass(frozen=True)
+class _Driver:
+    """What the snapshot says about the NVIDIA driver."""
+
+    devices: list[PcieDevice]
+    smi: NvidiaSmiReport
+    loaded: str | None
+    installed: set[str]
+
+    @property
+    def library(self) -> str | None:
+        return self.smi.driver_version if self.smi.present else None
+
+    @property
+    def live(self) -> str:
+        both = " (module = user space)" if self.loaded and self.library else ""
+        return f"{self.loaded or self.library or '?'}{both}"
+
+
+def _driver_not_loaded(profile: NodeProfile, d: _Driver) -> Check | None:
+    """GPUs present, no nvidia module: bound elsewhere, or the driver is missing."""
+    if not d.devices or d.loaded:
+        return None
+    drivers = sorted({x.driver or "none" for x in d.devices})
+    if drivers == ["vfio-pci"]:
+        return not_applicable(_DRIVER, "GPUs bound to vfio-pci (passed to VMs)", kind=_DRIVER)
+    live = f"no nvidia module loaded (GPU kernel driver: {', '.join(drivers)})"
+    if d.installed:
+        return Check(name=_DRIVER, status="P0", live=live, want="nvidia loaded", kind=_DRIVER,
+                     fix="modprobe nvidia (blacklist nouveau if it holds the GPU, then "
+                     "reboot)")
     pin = profile.nvidia_driver
-    pin_fix_by_deploy = profile.nvidia_driver_change
-    if devices and not loaded:
-        drivers = sorted({d.driver or "none" for d in devices})
-        if drivers == ["vfio-pci"]:
-            return [not_applicable(name, "GPUs bound to vfio-pci (passed to VMs)", kind=kind)]
-        live = f"no nvidia module loaded (GPU kernel driver: {', '.join(drivers)})"
-        if installed:
-            return [Check(name=name, status="P0", live=live, want="nvidia loaded", kind=kind,
-                          fix="modprobe nvidia (blacklist nouveau if it holds the GPU, then "
-                          "reboot)")]
-        return [Check(name=name, status="P1", live=live, want=pin or "a driver", kind=kind,
-                      fix="install the NVIDIA driver (gpunode.nvidia_driver + "
-                      "nvidia_driver_change: true lets deploy/site.py do it), then reboot",
-                      deploy_fixes=bool(pin and pin_fix_by_deploy))]
-    if not smi.present and smi.error and "mismatch" in smi.error.lower():
-        return [Check(
-            name=name, status="P1",
-            live=f"{smi.error}; module {loaded or '?'} loaded"
-            + (f", user space {', '.join(sorted(installed))} installed" if installed else ""),
-            want="module = user space", kind=kind,
+    return Check(name=_DRIVER, status="P1", live=live, want=pin or "a driver", kind=_DRIVER,
+                 fix="install the NVIDIA driver (gpunode.nvidia_driver + "
+                 "nvidia_driver_change: true lets deploy/site.py do it), then reboot",
+                 deploy_fixes=bool(pin and profile.nvidia_driver_change))
+
+
+def _driver_mismatch(d: _Driver) -> Check | None:
+    """NVML's "Driver/library version mismatch", or module and nvidia-smi disagreeing."""
+    if not d.smi.present and d.smi.error and "mismatch" in d.smi.error.lower():
+        return Check(
+            name=_DRIVER, status="P1",
+            live=f"{d.smi.error}; module {d.loaded or '?'} loaded"
+            + (f", user space {', '.join(sorted(d.installed))} installed" if d.installed
+               else ""),
+            want="module = user space", kind=_DRIVER,
             fix="reboot to load the installed driver's module (or stop every GPU user and "
             "reload the nvidia modules)", pending="reboot",
-        )]
-    library = smi.driver_version if smi.present else None
-    if loaded and library and loaded != library:
-        return [Check(name=name, status="P1", live=f"module {loaded}, nvidia-smi {library}",
-                      want="module = user space", kind=kind,
-                      fix="reboot to load the installed driver's module", pending="reboot")]
-    live = f"{loaded or library or '?'}" + (" (module = user space)" if loaded and library
-                                            else "")
-    if pin:
-        if installed and installed != {pin}:
-            return [Check(
-                name=name, status="P1",
-                live=f"{live}; installed {', '.join(sorted(installed))}", want=pin, kind=kind,
-                fix=f"set nvidia_driver_change: true so deploy/site.py installs {pin}, then "
-                "reboot" if not pin_fix_by_deploy else f"{DEPLOY_FIX} (installs {pin}), reboot",
-                deploy_fixes=pin_fix_by_deploy,
-            )]
-        if loaded and loaded != pin:
-            return [Check(name=name, status="P1", live=live, want=pin, kind=kind,
-                          fix=f"reboot to load the installed {pin} module", pending="reboot")]
-        return [ok(name, live, pin, kind=kind)]
-    if not smi.present:
-        return [Check(name=name, status="P2", live=f"{live}; nvidia-smi: "
-                      f"{smi.error or 'not installed'}", want="nvidia-smi works", kind=kind,
+        )
+    if d.loaded and d.library and d.loaded != d.library:
+        return Check(name=_DRIVER, status="P1", live=f"module {d.loaded}, nvidia-smi "
+                     f"{d.library}", want="module = user space", kind=_DRIVER,
+                     fix="reboot to load the installed driver's module", pending="reboot")
+    return None
+
+
+def _driver_against_pin(profile: NodeProfile, d: _Driver, pin: str) -> Check:
+    by_deploy = profile.nvidia_driver_change
+    if d.installed and d.installed != {pin}:
+        return Check(
+            name=_DRIVER, status="P1",
+            live=f"{d.live}; installed {', '.join(sorted(d.installed))}", want=pin,
+            kind=_DRIVER,
+            fix=f"set nvidia_driver_change: true so deploy/site.py installs {pin}, then "
+            "reboot" if not by_deploy else f"{DEPLOY_FIX} (installs {pin}), reboot",
+            deploy_fixes=by_deploy,
+        )
+    if d.loaded and d.loaded != pin:
+        return Check(name=_DRIVER, status="P1", live=d.live, want=pin, kind=_DRIVER,
+                     fix=f"reboot to load the installed {pin} module", pending="reboot")
+    return ok(_DRIVER, d.live, pin, kind=_DRIVER)
+
+
+def check_driver(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
+    """Loaded module vs user-space library (NVML mismatch) vs the profile's pinned version."""
+    if snap.nvidia is None:
+        return [not_applicable(_DRIVER, NOT_READ, kind=_DRIVER)]
+    installed = {upstream_version(v) for v in (snap.driver_packages or {}).values()
+                 if v and v[0].isdigit()}
+    d = _Driver(lspci_gpus(snap), snap.nvidia, snap.driver_loaded, installed)
+    if not d.devices and not d.smi.present and not d.loaded:
+        return [not_applicable(_DRIVER, "not present: no NVIDIA GPU or driver", kind=_DRIVER)]
+    for found in (_driver_not_loaded(profile, d), _driver_mismatch(d)):
+        if found is not None:
+            return [found]
+    if profile.nvidia_driver:
+        return [_driver_against_pin(profile, d, profile.nvidia_driver)]
+    if not d.smi.present:
+        return [Check(name=_DRIVER, status="P2", live=f"{d.live}; nvidia-smi: "
+                      f"{d.smi.error or 'not installed'}", want="nvidia-smi works",
+                      kind=_DRIVER,
                       fix="install the NVIDIA user space (nvidia-smi) matching the module")]
-    return [ok(name, live, kind=kind)]
+    return [ok(_DRIVER, d.live, kind=_DRIVER)]
 
 
 # --- kernel ------------------------------------------------------------------------------------
@@ -118,6 +158,61 @@ def kernel_package(release: str) -> str:
     return f"linux-image-{release}"
 
 
+def _kernel_pin_not_kept(running: str, wanted: str, host_pin: str | None,
+                         unheld: list[str]) -> Check:
+    """The profile's kernel is installed but not pinned on the host, or not held."""
+    live = f"running {running}; boot pin: {host_pin or 'none'}"
+    if unheld:
+        live += f"; not held: {', '.join(unheld)}"
+    if running == wanted:
+        return Check(name="kernel", status="P0", live=live, want=wanted, kind="kernel",
+                     fix=f"{DEPLOY_FIX} (pins and holds {wanted})", deploy_fixes=True,
+                     note="the next boot or apt upgrade may pick another kernel")
+    return Check(name="kernel", status="P1", live=live, want=wanted, kind="kernel",
+                 fix=f"{DEPLOY_FIX} (pins {wanted}), then reboot", deploy_fixes=True)
+
+
+def _kernel_profile_pin(profile: NodeProfile, kernels: KernelPackages, running: str,
+                        host_pin: str | None, wanted: str) -> Check:
+    name = kind = "kernel"
+    if wanted not in kernels.installed:
+        return Check(name=name, status="P1", live=f"running {running}; {wanted} not "
+                     f"installed (installed: {', '.join(kernels.installed)})",
+                     want=wanted, kind=kind,
+                     fix=f"install {kernel_package(wanted)} or pin an installed "
+                     "kernel in gpunode.kernel_pin")
+    packages = sorted(p for p, v in kernels.packages.items() if v == wanted)
+    unheld = [p for p in packages if p not in kernels.held_packages]
+    if host_pin != wanted or unheld:
+        return _kernel_pin_not_kept(running, wanted, host_pin, unheld)
+    if running != wanted:
+        return Check(name=name, status="P1", live=f"running {running}", want=wanted,
+                     kind=kind, fix=f"reboot into {wanted}"
+                     + (f" ({DEPLOY_FIX}: reboot: true)" if profile.reboot else ""),
+                     deploy_fixes=profile.reboot, pending="reboot")
+    return ok(name, f"{running} (pinned)", wanted, kind=kind)
+
+
+def _kernel_unpinned(kernels: KernelPackages, running: str, host_pin: str | None) -> Check:
+    """No pin in the profile: the host's own pin, else the newest installed kernel."""
+    name = kind = "kernel"
+    if host_pin:
+        if running != host_pin:
+            return Check(name=name, status="P1", live=f"running {running}", want=host_pin,
+                         kind=kind, fix=f"reboot into the pinned kernel {host_pin}",
+                         note="pinned on the host, not by the profile", pending="reboot")
+        newer = kernels.newest != host_pin
+        return ok(name, f"{running} (pinned on the host)", host_pin, kind=kind,
+                  note=f"newer installed: {kernels.newest}" if newer else "")
+    if running != kernels.newest:
+        return Check(name=name, status="P1", live=f"running {running}",
+                     want=f"{kernels.newest} (newest installed)", kind=kind,
+                     fix=f"reboot into {kernels.newest}, or keep {running} with "
+                     "gpunode.kernel_pin: running",
+                     note="Proxmox writes no /var/run/reboot-required", pending="reboot")
+    return ok(name, f"{running} (newest installed)", kernels.newest or "", kind=kind)
+
+
 def check_kernel(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
     """Running kernel vs the profile's pin, the host's pin, or the newest installed."""
     name = kind = "kernel"
@@ -131,47 +226,8 @@ def check_kernel(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
     host_pin = snap.boot_pinned or grub_default_kernel(snap)
     wanted_pin = running if profile.kernel_pin == "running" else profile.kernel_pin
     if wanted_pin:
-        if wanted_pin not in kernels.installed:
-            return [Check(name=name, status="P1", live=f"running {running}; {wanted_pin} not "
-                          f"installed (installed: {', '.join(kernels.installed)})",
-                          want=wanted_pin, kind=kind,
-                          fix=f"install {kernel_package(wanted_pin)} or pin an installed "
-                          "kernel in gpunode.kernel_pin")]
-        packages = sorted(p for p, v in kernels.packages.items() if v == wanted_pin)
-        unheld = [p for p in packages if p not in kernels.held_packages]
-        if host_pin != wanted_pin or unheld:
-            live = f"running {running}; boot pin: {host_pin or 'none'}"
-            if unheld:
-                live += f"; not held: {', '.join(unheld)}"
-            if running == wanted_pin:
-                return [Check(name=name, status="P0", live=live, want=wanted_pin, kind=kind,
-                              fix=f"{DEPLOY_FIX} (pins and holds {wanted_pin})",
-                              deploy_fixes=True,
-                              note="the next boot or apt upgrade may pick another kernel")]
-            return [Check(name=name, status="P1", live=live, want=wanted_pin, kind=kind,
-                          fix=f"{DEPLOY_FIX} (pins {wanted_pin}), then reboot",
-                          deploy_fixes=True)]
-        if running != wanted_pin:
-            return [Check(name=name, status="P1", live=f"running {running}", want=wanted_pin,
-                          kind=kind, fix=f"reboot into {wanted_pin}"
-                          + (f" ({DEPLOY_FIX}: reboot: true)" if profile.reboot else ""),
-                          deploy_fixes=profile.reboot, pending="reboot")]
-        return [ok(name, f"{running} (pinned)", wanted_pin, kind=kind)]
-    if host_pin:
-        if running != host_pin:
-            return [Check(name=name, status="P1", live=f"running {running}", want=host_pin,
-                          kind=kind, fix=f"reboot into the pinned kernel {host_pin}",
-                          note="pinned on the host, not by the profile", pending="reboot")]
-        newer = kernels.newest != host_pin
-        return [ok(name, f"{running} (pinned on the host)", host_pin, kind=kind,
-                   note=f"newer installed: {kernels.newest}" if newer else "")]
-    if running != kernels.newest:
-        return [Check(name=name, status="P1", live=f"running {running}",
-                      want=f"{kernels.newest} (newest installed)", kind=kind,
-                      fix=f"reboot into {kernels.newest}, or keep {running} with "
-                      "gpunode.kernel_pin: running",
-                      note="Proxmox writes no /var/run/reboot-required", pending="reboot")]
-    return [ok(name, f"{running} (newest installed)", kernels.newest or "", kind=kind)]
+        return [_kernel_profile_pin(profile, kernels, running, host_pin, wanted_pin)]
+    return [_kernel_unpinned(kernels, running, host_pin)]
 
 
 # --- Proxmox and containers ----------------------------------------------------------------

@@ -22,6 +22,8 @@ The parser never raises: empty or unrelated text gives an empty list.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 from pyinfra.api import FactBase
 
@@ -182,6 +184,45 @@ def _to_int(value: str | None) -> int | None:
         return None
 
 
+def _cap_section(fields: dict, body: str) -> str:
+    """The capability a "Capabilities: [..] BODY" line opens (marks what it tells on fields)."""
+    if body.startswith("<access denied>"):
+        fields["caps_access_denied"] = True
+        return "other"
+    if _EXPRESS_RE.match(body) and "has_pcie_cap" not in fields:
+        fields["has_pcie_cap"] = True
+        return "express"
+    if _REBAR_RE.match(body):
+        return "rebar"
+    if _ACS_RE.match(body):
+        return "acs"
+    return "other"
+
+
+#: "Prefix:" lines of the device itself (outside the capabilities) -> (field, parse).
+_TOP_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "Kernel driver in use:": ("driver", lambda value: value or None),
+    "NUMA node:": ("numa_node", _to_int),
+    "IOMMU group:": ("iommu_group", _to_int),
+}
+
+
+def _capability_line(fields: dict, section: str, label: str, rest: str, line: str,
+                     bar_sizes: list[str]) -> None:
+    """One line inside a capability: PCI Express fields, a BAR size, the ACSCtl flags."""
+    if section == "express":
+        _express_line(fields, label, rest)
+    elif section == "rebar":
+        size = _BAR_SIZE_RE.match(line)
+        if size:
+            bar_sizes.append(size.group("size"))
+    elif section == "acs" and label == "ACSCtl":
+        acs = dict(fields.get("acs_ctl") or {})
+        for flag in _FLAG_RE.finditer(rest):
+            acs[flag.group("name")] = flag.group("sign") == "+"
+        fields["acs_ctl"] = acs
+
+
 def _parse_body(lines: list[str]) -> dict:
     fields: dict = {}
     section = ""  # capability we are inside: "express", "rebar", "acs" or "other"
@@ -191,48 +232,19 @@ def _parse_body(lines: list[str]) -> dict:
         line = raw.strip()
         cap = _CAP_RE.match(line)
         if cap:
-            body = cap.group("body")
-            label = ""
-            if body.startswith("<access denied>"):
-                fields["caps_access_denied"] = True
-                section = "other"
-            elif _EXPRESS_RE.match(body) and "has_pcie_cap" not in fields:
-                fields["has_pcie_cap"] = True
-                section = "express"
-            elif _REBAR_RE.match(body):
-                section = "rebar"
-            elif _ACS_RE.match(body):
-                section = "acs"
-            else:
-                section = "other"
+            section, label = _cap_section(fields, cap.group("body")), ""
             continue
-        if line.startswith("Kernel driver in use:"):
-            fields["driver"] = line.split(":", 1)[1].strip() or None
-            section = ""
-            continue
-        if line.startswith("NUMA node:"):
-            fields["numa_node"] = _to_int(line.split(":", 1)[1].strip())
-            continue
-        if line.startswith("IOMMU group:"):
-            fields["iommu_group"] = _to_int(line.split(":", 1)[1].strip())
+        top = next((prefix for prefix in _TOP_FIELDS if line.startswith(prefix)), None)
+        if top is not None:
+            key, parse = _TOP_FIELDS[top]
+            fields[key] = parse(line.split(":", 1)[1].strip())
+            section = "" if key == "driver" else section
             continue
         lab = _LABEL_RE.match(line)
         if lab:
             label = lab.group("label")
-            rest = line[lab.end() :]
-        else:
-            rest = line
-        if section == "express":
-            _express_line(fields, label, rest)
-        elif section == "rebar":
-            size = _BAR_SIZE_RE.match(line)
-            if size:
-                bar_sizes.append(size.group("size"))
-        elif section == "acs" and label == "ACSCtl":
-            acs = dict(fields.get("acs_ctl") or {})
-            for flag in _FLAG_RE.finditer(rest):
-                acs[flag.group("name")] = flag.group("sign") == "+"
-            fields["acs_ctl"] = acs
+        rest = line[lab.end() :] if lab else line
+        _capability_line(fields, section, label, rest, line, bar_sizes)
     if bar_sizes:
         fields["resizable_bar"] = bar_sizes
     return fields

@@ -26,7 +26,8 @@ from gpunode.roles.ops import cpu, modules, pcie, sysctl
 from gpunode.roles.ops.apt import packages_present
 from gpunode.roles.ops.files import template_file
 from gpunode.roles.ops.services import unit_enabled_and_running
-from gpunode.roles.profile.node import BEST_EFFORT_SYSCTLS, NodeProfile
+from gpunode.roles.profile.node import NodeProfile
+from gpunode.roles.profile.sysctls import BEST_EFFORT_SYSCTLS
 from gpunode.roles.pyinfra_adapter import deploy
 
 SYSCTL_FILE = "/etc/sysctl.d/90-gpunode.conf"

@@ -5,13 +5,11 @@ import pytest
 
 from gpunode.roles.audit.checks import audit_checks
 from gpunode.roles.audit.facts import IommuState, parse_gpu_details, parse_nvlink_status
-from gpunode.roles.audit.gpu_checks import (
-    NO_NVLINK,
+from gpunode.roles.audit.gpu_checks import NO_NVLINK, check_gpu_state, check_nvlink
+from gpunode.roles.audit.pcie_checks import (
     check_acs,
-    check_gpu_state,
     check_iommu,
     check_max_payload,
-    check_nvlink,
     check_pcie_links,
     check_rebar,
 )
