@@ -10,5 +10,6 @@ from gpunode.deploys.audit import audit
 from gpunode.deploys.containers import containers
 from gpunode.deploys.host import host_tuning_only
 from gpunode.deploys.site import site
+from gpunode.deploys.undo import undo
 
-__all__ = ["audit", "containers", "host_tuning_only", "site"]
+__all__ = ["audit", "containers", "host_tuning_only", "site", "undo"]

@@ -6,18 +6,29 @@ from pyinfra import host, state
 from gpunode.roles.audit.verify import verify_node, verify_prefetch
 from gpunode.roles.facts.cache import prefetch
 from gpunode.roles.gpu_runtime import gpu_runtime, gpu_runtime_problems, gpu_runtime_reads
-from gpunode.roles.host_tuning import host_tuning, host_tuning_reads
+from gpunode.roles.host_tuning import (
+    BOOT_UNIT,
+    host_tuning,
+    host_tuning_problems,
+    host_tuning_reads,
+)
+from gpunode.roles.ops.preflight import refuse_host
 from gpunode.roles.profile.loader import profiles_of_run
+from gpunode.roles.undo import record_reads, record_state
 
 
 def host_tuning_only() -> None:
     """sysctls, modules, MaxReadReq, ACS, C-states, governor, memlock, GPU persistence and
     power limits; then verify."""
     profile = profiles_of_run(state.inventory)[host.name]
-    prefetch([*host_tuning_reads(profile), *gpu_runtime_reads(profile),
+    record = (sorted(profile.sysctls), profile.modules, BOOT_UNIT)
+    prefetch([*record_reads(*record), *host_tuning_reads(profile), *gpu_runtime_reads(profile),
               *verify_prefetch(profile)])
     gpu_runtime_problems(host.name, profile)  # refuses before any change
+    if refuse_host(host_tuning_problems()):
+        return
 
+    record_state(*record)
     host_tuning(profile)
     gpu_runtime(profile)
     verify_node(name="Verify the live node against the profile", profile=profile)

@@ -10,10 +10,17 @@ from pyinfra import host, state
 from gpunode.roles.audit.verify import verify_node, verify_prefetch
 from gpunode.roles.facts.cache import prefetch
 from gpunode.roles.gpu_runtime import gpu_runtime, gpu_runtime_problems, gpu_runtime_reads
-from gpunode.roles.host_tuning import host_tuning, host_tuning_reads
-from gpunode.roles.kernel import kernel_boot, kernel_pin_for_host, kernel_reads
+from gpunode.roles.host_tuning import (
+    BOOT_UNIT,
+    host_tuning,
+    host_tuning_problems,
+    host_tuning_reads,
+)
+from gpunode.roles.kernel import kernel_boot, kernel_pin_for_host, kernel_problems, kernel_reads
 from gpunode.roles.nvidia_driver import nvidia_driver, nvidia_driver_reads
+from gpunode.roles.ops.preflight import refuse_host
 from gpunode.roles.profile.loader import profiles_of_run
+from gpunode.roles.undo import record_reads, record_state
 from gpunode.roles.verify_timer import verify_timer, verify_timer_reads
 
 
@@ -21,11 +28,15 @@ def site() -> None:
     """Host tuning, GPU runtime, NVIDIA driver pin and flavour, the verify timer (opt-in),
     kernel cmdline and pin (reboot if allowed), verify."""
     profile = profiles_of_run(state.inventory)[host.name]
-    prefetch([*host_tuning_reads(profile), *gpu_runtime_reads(profile),
+    record = (sorted(profile.sysctls), profile.modules, BOOT_UNIT)
+    prefetch([*record_reads(*record), *host_tuning_reads(profile), *gpu_runtime_reads(profile),
               *nvidia_driver_reads(profile), *kernel_reads(profile), *verify_prefetch(profile),
               *verify_timer_reads(profile)])
     gpu_runtime_problems(host.name, profile)  # refuses before any change
+    if refuse_host([*host_tuning_problems(), *kernel_problems(profile)]):
+        return
 
+    record_state(*record)
     host_tuning(profile)
     gpu_runtime(profile)
     nvidia_driver(profile)

@@ -55,15 +55,21 @@ class PyinfraRun:
 
 
 def change_lines(log: str) -> list[str]:
-    """Lines logged by gpunode.roles.ops.changes.report_change, host prefix removed."""
-    out: list[str] = []
+    """Lines logged by gpunode.roles.ops.changes.report_change, prefix removed, a wrapped
+    '(where)' joined back, each once, in order."""
+    lines: list[str] = []
+    joinable = False
     for line in log.splitlines():
         text = line.strip()
         if text.startswith("[") and CHANGE_MARK in text:
-            body = text.split(CHANGE_MARK, 1)[1]
-            if body not in out:
-                out.append(body)
-    return out
+            lines.append(text.split(CHANGE_MARK, 1)[1])
+            joinable = True
+        elif joinable and text.startswith("("):
+            lines[-1] = f"{lines[-1]} {text}"
+            joinable = False
+        else:
+            joinable = False
+    return list(dict.fromkeys(lines))
 
 
 def loaded_facts(log: str) -> list[str]:

@@ -6,6 +6,8 @@ Layout under STATE_DIR (/var/lib/gpunode):
   Written once, never rotated: undo puts these back.
 - backups/<path>.<UTC time>: the version each later change replaced; the newest BACKUPS_KEPT
   are kept.
+- written/<path>: what gpunode last wrote to a file it edits (/etc/default/grub): undo restores
+  the original only while the file still holds that, else takes out gpunode's tokens alone.
 - state.json: the runtime values found before the first apply (sysctls, loaded modules, apt
   holds, boot unit), written once by the first apply (gpunode.roles.ops.state).
 """
@@ -23,6 +25,7 @@ from gpunode.roles.facts.sections import FactModel
 STATE_DIR = "/var/lib/gpunode"
 ORIGINALS_DIR = f"{STATE_DIR}/originals"
 BACKUPS_DIR = f"{STATE_DIR}/backups"
+WRITTEN_DIR = f"{STATE_DIR}/written"
 STATE_FILE = f"{STATE_DIR}/state.json"
 ABSENT_SUFFIX = ".absent"
 BACKUPS_KEPT = 5
@@ -31,6 +34,11 @@ BACKUPS_KEPT = 5
 def original_path(path: str) -> str:
     """Where the original of path is kept."""
     return f"{ORIGINALS_DIR}{path}"
+
+
+def written_path(path: str) -> str:
+    """Where a copy of what gpunode last wrote to an edited file is kept."""
+    return f"{WRITTEN_DIR}{path}"
 
 
 def backup_prefix(path: str) -> str:
@@ -151,3 +159,5 @@ class KeptOriginals(FactBase):
             if path:
                 kept[path] = None if kind == "none" else kind
         return kept
+
+    answers = OwnedFiles.answers

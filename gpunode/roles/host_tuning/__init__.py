@@ -15,6 +15,7 @@ from pyinfra.facts.files import Directory
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from gpunode.roles.audit.snapshot import snapshot_reads
+from gpunode.roles.facts.apt import AptCandidates
 from gpunode.roles.facts.bundle import FactRead
 from gpunode.roles.facts.cache import cached_fact, cached_read
 from gpunode.roles.facts.dpkg import InstalledPackages
@@ -25,6 +26,7 @@ from gpunode.roles.facts.sections import as_models
 from gpunode.roles.ops import cpu, modules, pcie, sysctl
 from gpunode.roles.ops.apt import packages_present
 from gpunode.roles.ops.files import template_file
+from gpunode.roles.ops.preflight import uninstallable
 from gpunode.roles.ops.services import unit_enabled_and_running
 from gpunode.roles.profile.node import NodeProfile
 from gpunode.roles.profile.sysctls import BEST_EFFORT_SYSCTLS
@@ -40,6 +42,11 @@ BOOT_UNIT_FILE = f"/etc/systemd/system/{BOOT_UNIT}"
 PACKAGES = ["pciutils", "kmod", "procps"]
 OWNED_FILES = (SYSCTL_FILE, MODULES_FILE, LIMITS_FILE, SYSTEMD_MEMLOCK_FILE, BOOT_SCRIPT,
                BOOT_UNIT_FILE)
+
+
+def host_tuning_problems() -> list[str]:
+    """What can't succeed, known before any change: a tool with no installation candidate."""
+    return uninstallable(PACKAGES)
 
 
 def memlock_values(memlock: str | int) -> tuple[str, str]:
@@ -142,6 +149,7 @@ def host_tuning_reads(profile: NodeProfile) -> list[FactRead]:
     tuning = snapshot_reads(profile)
     return [
         FactRead(InstalledPackages, {"patterns": sorted(PACKAGES)}),
+        FactRead(AptCandidates, {"packages": sorted(PACKAGES)}),
         tuning["kernel"], sysctl.sysctl_read(profile.sysctls),
         modules.modules_read(profile.modules),
         tuning["pcie"], *pcie.PCIE_READS, tuning["mrrs_refused"], tuning["cpu"], *cpu.CPU_READS,

@@ -80,6 +80,15 @@ def kernel_pin_for_host(profile: NodeProfile) -> KernelPin | None:
                            pve.present or boot.status.present)
 
 
+def kernel_problems(profile: NodeProfile) -> list[str]:
+    """What can't succeed, known before any change: a pinned kernel that isn't installed."""
+    try:
+        kernel_pin_for_host(profile)
+    except ProfileError as exc:
+        return [str(exc)]
+    return []
+
+
 class BootPlan(BaseModel):
     """Wanted boot parameters and what the booted kernel still lacks."""
 

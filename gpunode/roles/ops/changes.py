@@ -83,7 +83,15 @@ def report_change(setting: str, old: str | None = None, new: str | None = None,
 
 
 def _log(message: str) -> None:
+    """One log line; past WIDTH columns (with pyinfra's indent and the host prefix) the
+    trailing '(where)' goes on a line of its own."""
     prefix = getattr(host, "print_prefix", None) or f"[{host.name}] "
+    head, sep, tail = message.rpartition(" (")
+    indent = len(host.name) + 7  # pyinfra's 4 spaces, the brackets and a space
+    if sep and indent + len(message) > WIDTH:
+        logger.info(f"{prefix}{head}")
+        logger.info(f"{' ' * indent}  ({tail}")
+        return
     logger.info(f"{prefix}{message}")
 
 

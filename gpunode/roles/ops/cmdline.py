@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 import shlex
 from io import StringIO
+from pathlib import Path
 from typing import Any
 
 from pyinfra import host
@@ -37,6 +38,7 @@ from gpunode.roles.facts.cmdline import (
     split_cmdline,
     token_key,
 )
+from gpunode.roles.facts.owned import written_path
 from gpunode.roles.facts.sections import as_model
 from gpunode.roles.ops.changes import report_change, shorten
 from gpunode.roles.ops.files import (
@@ -64,7 +66,8 @@ def set_grub_default_entry(text: str, entry: str) -> str:
 
 def replace_with_rollback(dest: str, text: str, refresh: str) -> list[Any]:
     """In one command keep the original and back up dest; upload; in one command rename the
-    new text over dest and refresh, on a failed refresh putting the backup back."""
+    new text over dest and refresh, on a failed refresh putting the backup back, else keeping
+    a copy of what was written (undo compares the file with it)."""
     temp = f"{dest}.gpunode-new"
     q_dest, q_temp = shlex.quote(dest), shlex.quote(temp)
     return [
@@ -74,7 +77,9 @@ def replace_with_rollback(dest: str, text: str, refresh: str) -> list[Any]:
             f"chown root:root {q_temp} && chmod 644 {q_temp} && mv -f {q_temp} {q_dest} && "
             f"{{ {refresh} || {{ cp -p {latest_backup(dest)} {q_dest}; "
             f"echo 'gpunode: {refresh.split()[0]} failed; {dest} restored from its backup' >&2; "
-            "exit 1; }; }"
+            "exit 1; }; } && "
+            f"mkdir -p {shlex.quote(str(Path(written_path(dest)).parent))} && "
+            f"cp -p {q_dest} {shlex.quote(written_path(dest))}"
         ),
     ]
 

@@ -118,6 +118,7 @@ def max_read_request(selector: PcieSelector, size: int = 4096):
     for device in todo:
         report_change(f"setpci {short_bdf(device.bdf)} MaxReadReq",
                       str(device.devctl_max_read_req), str(size), where="runtime; boot unit")
+    for device in todo:
         yield StringCommand(write_and_verify_command(device.bdf, size))
     if not todo:
         matched = len(selected_devices(devices, selector))

@@ -6,10 +6,36 @@ import shlex
 
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
+from pyinfra.facts.files import Directory
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from gpunode.roles.facts.cache import cached_fact, changes_fact
 from gpunode.roles.ops.changes import report_change
+
+
+def systemd_booted() -> bool:
+    """sd_booted(): /run/systemd/system exists only when systemd is PID 1."""
+    return bool(cached_fact(Directory, path="/run/systemd/system"))
+
+
+@operation()
+def unit_disabled(unit: str):
+    """
+    Stop and disable a unit (`systemctl disable --now`) unless it already is neither.
+
+    + unit: full unit name (gpunode-tune.service)
+    """
+    if not systemd_booted():
+        host.noop(f"not booted with systemd: {unit} can't be running")
+        return
+    active = (cached_fact(SystemdStatus, services=[unit]) or {}).get(unit, False)
+    enabled = (cached_fact(SystemdEnabled, services=[unit]) or {}).get(unit, False)
+    if not active and not enabled:
+        host.noop(f"{unit} is disabled and inactive")
+        return
+    state = f"{'enabled' if enabled else 'disabled'}, {'active' if active else 'inactive'}"
+    report_change(unit, state, "disabled, inactive", where="systemd")
+    yield StringCommand("systemctl", "disable", "--now", unit)
 
 
 @operation()

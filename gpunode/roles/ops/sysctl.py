@@ -82,6 +82,7 @@ def sysctl_values(values: dict[str, str], best_effort: frozenset[str] = frozense
     refused = {k: v for k, v in state.sysctl_refused.items() if k in best_effort}
     changes = sysctl_changes(live, values, refused)
     where = f"runtime; persisted in {persisted_in}" if persisted_in else "runtime"
+    # Every line before the first command: change detection stops at the first one.
     for key, value in changes.items():
         report_change(key, shorten(live[key]), shorten(normalize_sysctl_value(value)), where)
     if changes:

@@ -1,0 +1,86 @@
+"""The node's state before gpunode's first apply, recorded once in /var/lib/gpunode/state.json
+(the runtime values undo puts back), and the end of undo that forgets it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from datetime import datetime, timezone
+from io import StringIO
+
+from pyinfra import host
+from pyinfra.api import FileUploadCommand, StringCommand, operation
+from pyinfra.facts.files import Directory
+from pyinfra.facts.systemd import SystemdEnabled
+
+from gpunode.roles.facts.apt import AptHolds
+from gpunode.roles.facts.cache import cached_fact
+from gpunode.roles.facts.cmdline import CmdlineState, KernelCmdline
+from gpunode.roles.facts.kernel_params import KernelParams, KernelParamsState
+from gpunode.roles.facts.owned import STATE_DIR, STATE_FILE, NodeState, RecordedState
+from gpunode.roles.facts.sections import as_model, fact_data
+from gpunode.roles.ops.changes import report_change
+from gpunode.roles.ops.services import systemd_booted
+
+
+def node_state(sysctl_keys: list[str], modules: list[str], unit: str) -> NodeState:
+    """What the node is like now, from the cached facts."""
+    params = as_model(KernelParamsState, cached_fact(KernelParams, sysctl_keys=sysctl_keys,
+                                                     modules=modules))
+    enabled = (fact_data(cached_fact(SystemdEnabled, services=[unit])) or {}
+               if systemd_booted() else {})
+    return NodeState(
+        recorded=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        sysctls=dict(sorted(params.sysctls.items())),
+        modules_loaded=sorted(m.replace("-", "_") for m in modules
+                              if m.replace("-", "_") in params.loaded_modules),
+        holds=sorted(fact_data(cached_fact(AptHolds)) or []),
+        boot_unit_enabled=bool(enabled.get(unit, False)),
+        cmdline=as_model(CmdlineState, cached_fact(KernelCmdline)).booted,
+    )
+
+
+def recorded_state() -> NodeState | None:
+    raw = fact_data(cached_fact(RecordedState))
+    return NodeState.model_validate(raw) if raw else None
+
+
+@operation()
+def state_recorded(sysctl_keys: list[str], modules: list[str], unit: str):
+    """
+    Record the node's runtime values in /var/lib/gpunode/state.json, once (before the first
+    change gpunode makes; later runs keep that record).
+
+    + sysctl_keys: the sysctls gpunode sets
+    + modules: the modules gpunode loads
+    + unit: gpunode's boot unit
+    """
+    recorded = recorded_state()
+    if recorded is not None:
+        host.noop(f"{STATE_FILE} recorded {recorded.recorded}")
+        return
+    state = node_state(sorted(sysctl_keys), sorted(modules), unit)
+    report_change(STATE_FILE, "(absent)",
+                  f"{len(state.sysctls)} sysctls, {len(state.modules_loaded)} modules loaded, "
+                  f"{len(state.holds)} holds", where="what undo restores")
+    text = json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n"
+    temp = f"{STATE_FILE}.gpunode-new"
+    yield StringCommand(f"mkdir -p {STATE_DIR} && chmod 700 {STATE_DIR}")
+    yield FileUploadCommand(StringIO(text), temp)
+    yield StringCommand(f"mv -f {shlex.quote(temp)} {shlex.quote(STATE_FILE)}")
+
+
+@operation()
+def state_forgotten():
+    """
+    Remove /var/lib/gpunode (state.json, originals, backups): the last step of undo, run only
+    when every restore before it succeeded.
+    """
+    recorded = recorded_state()
+    present = recorded is not None or bool(cached_fact(Directory, path=STATE_DIR))
+    if not present:
+        host.noop(f"{STATE_DIR} absent")
+        return
+    report_change(STATE_DIR, "present", "(removed)", where="originals, backups, state.json")
+    yield StringCommand(f"rm -rf {STATE_DIR}")
+
