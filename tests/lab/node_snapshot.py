@@ -7,10 +7,11 @@ from __future__ import annotations
 import shlex
 
 from gpunode.deploys.undo import EDITED
+from gpunode.roles.facts.cmdline import GPUNODE_GRUB_DROPIN
 from gpunode.roles.host_tuning import BOOT_UNIT, OWNED_FILES
 from gpunode.roles.nvidia_driver import PREFERENCES_FILE
 
-PATHS = sorted({*OWNED_FILES, PREFERENCES_FILE, *EDITED, "/boot/grub/grub.cfg",
+PATHS = sorted({*OWNED_FILES, PREFERENCES_FILE, *EDITED, GPUNODE_GRUB_DROPIN,
                 "/var/lib/gpunode"})
 
 

@@ -1,0 +1,123 @@
+"""--dry held to its word, value for value, and undo back to the fresh guest (issue #14).
+
+Runs first in the lab session (file name), on the fresh guest: record it; --dry then the real
+run (the same change lines, --dry changes nothing, the re-run changes nothing); the drift
+cases in one batch (same checks); a package with no installation candidate (refused by --dry
+and by the run, before any change); then reboot, undo (its --dry lines equal its run's, a
+second undo changes nothing), reboot, and the guest equals the fresh one: the files gpunode
+writes or edits (byte-identical, same owner and mode, or absent), the sysctls, /proc/cmdline,
+the holds, the modules, the boot unit. The tests after it get a guest that went through undo.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from gpunode.roles.host_tuning import LIMITS_FILE, MODULES_FILE
+from gpunode.roles.profile.loader import load_profile
+from lab.profile import LAB_PROFILE, LAB_STAND_IN_MODULE
+from tests.lab.node_snapshot import snapshot
+from tests.lab.pyinfra_cli import PyinfraRun, run_pyinfra
+
+pytestmark = pytest.mark.lab
+
+SITE = "deploy/site.py"
+UNDO = "deploy/undo.py"
+PROFILE = load_profile("gpunode-lab", {"gpunode": LAB_PROFILE})
+
+# Each drift, and the change line the next run must name for it.
+DRIFTS = {
+    "sysctl -qw vm.swappiness=33": "vm.swappiness 33 -> 10",
+    f"rm {MODULES_FILE}": f"{MODULES_FILE} (absent) ->",
+    f"chmod 0666 {LIMITS_FILE}": f"{LIMITS_FILE} mode 0666 -> 0644",
+    "sed -i 's/ processor.max_cstate=1//' /etc/default/grub":
+        "cmdline processor.max_cstate (absent) -> processor.max_cstate=1",
+    f"rmmod {LAB_STAND_IN_MODULE}": f"module {LAB_STAND_IN_MODULE} not loaded -> loaded",
+    "systemctl disable -q gpunode-tune.service": "gpunode-tune.service disabled, active ->",
+    "apt-mark unhold $(apt-mark showhold)": "not held -> held",
+}
+# pciutils rebuilt from its installed files, so the test can put it back without a network.
+REPACK_PCIUTILS = (
+    "set -e; d=/root/pciutils-repack; rm -rf $d; mkdir -p $d/DEBIAN; "
+    "dpkg -L pciutils | while read f; do if [ -f \"$f\" ] || [ -L \"$f\" ]; then "
+    "cp -a --parents \"$f\" $d; fi; done; "
+    "dpkg -s pciutils | grep -v '^Status:\\|^Conffiles:' > $d/DEBIAN/control; "
+    "dpkg-deb -b $d /root/pciutils.deb >/dev/null"
+)
+
+
+def sh(vm, command: str) -> str:
+    rc, out, err = vm.ssh(command)
+    assert rc == 0, f"{command}: rc={rc} {err}"
+    return out
+
+
+def state_of(vm) -> dict:
+    return snapshot(vm, list(PROFILE.sysctls), PROFILE.modules)
+
+
+def dry_then_run(vm, deploy: str) -> tuple[PyinfraRun, PyinfraRun]:
+    """--dry (the guest unchanged by it), then the real run; both succeed with the same
+    change lines; a --dry after it plans nothing."""
+    before = state_of(vm)
+    dry = run_pyinfra(deploy, "--dry")
+    assert dry.returncode == 0, dry.log
+    assert state_of(vm) == before, "--dry changed the guest"
+    run = run_pyinfra(deploy, "-y")
+    assert run.returncode == 0, run.log
+    assert dry.change_lines() == run.change_lines(), (dry.change_lines(), run.change_lines())
+    again = run_pyinfra(deploy, "--dry")
+    assert again.planned_changes() == [] and again.change_lines() == [], again.log
+    return dry, run
+
+
+@pytest.fixture(scope="module")
+def fresh(lab_vm) -> dict:
+    return state_of(lab_vm)
+
+
+def test_1_fresh_guest_dry_run_equals_the_run(lab_vm, fresh):
+    dry, _ = dry_then_run(lab_vm, SITE)
+    lines = dry.change_lines()
+    assert any(line.startswith("kernel.numa_balancing 1 -> 0 (runtime; persisted in ")
+               for line in lines), lines
+    assert any(line.startswith("/var/lib/gpunode/state.json (absent) ->") for line in lines)
+    assert sh(lab_vm, "test -f /var/lib/gpunode/originals/etc/default/grub && echo kept") \
+        == "kept\n"
+
+
+def test_2_drifts_dry_run_equals_the_run(lab_vm, fresh):
+    sh(lab_vm, "; ".join(DRIFTS))
+    dry, _ = dry_then_run(lab_vm, SITE)
+    lines = dry.change_lines()
+    for drift, expected in DRIFTS.items():
+        assert any(expected in line for line in lines), (drift, expected, lines)
+    assert sh(lab_vm, f"stat -c %a {LIMITS_FILE}").strip() == "644"
+
+
+def test_3_no_installation_candidate_is_refused_before_any_change(lab_vm, fresh):
+    sh(lab_vm, REPACK_PCIUTILS)
+    sh(lab_vm, "dpkg -r pciutils >/dev/null 2>&1; sysctl -qw vm.swappiness=33")
+    try:
+        before = state_of(lab_vm)
+        for args in (("--dry",), ("-y",)):
+            run = run_pyinfra(SITE, *args)
+            assert run.returncode == 1, run.log
+            assert "refused before any change: package pciutils is not installed and apt " \
+                   "has no installation candidate" in run.log
+            assert run.changed() == [] and state_of(lab_vm) == before
+    finally:
+        sh(lab_vm, "dpkg -i /root/pciutils.deb >/dev/null && rm -rf /root/pciutils*")
+    dry_then_run(lab_vm, SITE)
+
+
+def test_4_undo_puts_the_fresh_guest_back(lab_vm, fresh):
+    lab_vm.reboot()  # the cmdline gpunode set goes live
+    assert state_of(lab_vm)["cmdline"] != fresh["cmdline"]
+    dry, run = dry_then_run(lab_vm, UNDO)
+    lines = dry.change_lines()
+    assert "apt-mark linux-image-" in " ".join(lines), lines
+    assert any(line.startswith("kernel.numa_balancing 0 -> 1") for line in lines), lines
+    assert "after undo, a reboot is needed" in run.log
+    lab_vm.reboot()
+    assert state_of(lab_vm) == fresh
