@@ -19,7 +19,8 @@ from gpunode.roles.host_tuning import BOOT_UNIT, BOOT_UNIT_FILE, OWNED_FILES, SY
 from gpunode.roles.nvidia_driver import NVIDIA_PATTERNS, PREFERENCES_FILE
 from gpunode.roles.ops.state import recorded_state
 from gpunode.roles.profile.loader import profiles_of_run
-from gpunode.roles.profile.node import BEST_EFFORT_SYSCTLS, NodeProfile
+from gpunode.roles.profile.node import NodeProfile
+from gpunode.roles.profile.sysctls import BEST_EFFORT_SYSCTLS
 from gpunode.roles.undo import UndoTargets, undo_node, undo_reads
 
 AFTER = {BOOT_UNIT_FILE: "systemctl daemon-reload", SYSTEMD_MEMLOCK_FILE: "systemctl daemon-reexec",

@@ -42,7 +42,8 @@ def parse_apt_cache_policy(text: str) -> dict[str, str | None]:
 class AptCandidates(FactBase):
     """The version apt would install of each package (None: no installation candidate)."""
 
-    requires_command = "apt-cache"
+    def requires_command(self, *args: object, **kwargs: object) -> str:
+        return "apt-cache"
 
     def command(self, packages: list[str]) -> str:
         return "apt-cache policy " + " ".join(shlex.quote(p) for p in packages) + " 2>/dev/null"

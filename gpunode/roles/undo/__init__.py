@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 from pyinfra import host, logger
-from pyinfra.api import deploy
 from pyinfra.facts.files import Directory
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
@@ -36,6 +35,7 @@ from gpunode.roles.ops.services import unit_disabled
 from gpunode.roles.ops.state import recorded_state, state_forgotten, state_recorded
 from gpunode.roles.ops.sysctl import sysctl_values
 from gpunode.roles.ops.undo import edited_file_restored, holds_released, owned_file_removed
+from gpunode.roles.pyinfra_adapter import deploy
 
 
 class UndoTargets(BaseModel):
