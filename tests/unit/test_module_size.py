@@ -24,9 +24,6 @@ OVER: dict[str, int] = {
     "roles/profile/container.py": 1081,
     "roles/lxc_gpu/takeover.py:_converge_allows": 32,
     "roles/lxc_gpu/plan.py:restart_reasons": 25,
-    "roles/facts/debversion.py:_verrevcmp": 24,
-    "roles/audit/runtime_checks.py:check_module_flavour": 24,
-    "roles/facts/proxmox.py:parse_proxmox_boot_tool_status": 23,
 }
 
 

@@ -12,6 +12,7 @@ from gpunode.roles.audit.snapshot import NodeSnapshot
 from gpunode.roles.facts.nvidia import NvidiaGpu
 from gpunode.roles.facts.nvidia_modules import (
     OPEN_REQUIRED,
+    Flavour,
     flavour_of_packages,
     flavour_packages,
     gpu_architectures,
@@ -150,6 +151,21 @@ def node_flavour(snap: NodeSnapshot) -> tuple[str | None, str]:
     return (packages, "installed packages") if packages else (None, "")
 
 
+def _flavour_change(profile: NodeProfile, archs: list[str], have: str, wanted: Flavour,
+                    live: str, why: str) -> Check:
+    """The other flavour is loaded and installed: which packages bring the wanted one."""
+    packages = list(profile.nvidia_packages or flavour_packages(wanted, profile.nvidia_repository))
+    must = bool(set(archs) & OPEN_REQUIRED) or profile.nvidia_kernel_modules != "auto"
+    fix = f"install {' '.join(packages)} (" + (
+        f"{DEPLOY_FIX} installs them" if profile.nvidia_driver_change
+        else "nvidia_driver_change: true lets deploy/site.py do it") + "), then reboot"
+    note = ("Blackwell GPUs do not initialise on the proprietary modules"
+            if set(archs) & OPEN_REQUIRED and have == "proprietary" else why)
+    name = kind = "NVIDIA kernel modules"
+    return Check(name=name, status="P1" if must else "P2", live=live, want=wanted, kind=kind,
+                 fix=fix, deploy_fixes=profile.nvidia_driver_change, note=note)
+
+
 def check_module_flavour(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
     """Open vs proprietary kernel modules against what the GPUs need (nvidia_kernel_modules)."""
     name = kind = "NVIDIA kernel modules"
@@ -164,9 +180,9 @@ def check_module_flavour(profile: NodeProfile, snap: NodeSnapshot) -> list[Check
     have, where = node_flavour(snap)
     gpus = ", ".join(sorted(set(archs))) or "architecture unknown"
     if have is None:
-        why = ("flavour not read (no /proc/driver/nvidia/version, no modinfo)"
-               if driver_present(snap) else "no NVIDIA kernel module installed")
-        return [not_applicable(name, f"{why} ({gpus} GPUs)", kind=kind)]
+        unread = ("flavour not read (no /proc/driver/nvidia/version, no modinfo)"
+                  if driver_present(snap) else "no NVIDIA kernel module installed")
+        return [not_applicable(name, f"{unread} ({gpus} GPUs)", kind=kind)]
     live = f"{have} ({where}); GPUs: {gpus}"
     if wanted is None:
         return [Check(name=name, status="P1", live=live, want="one flavour for every GPU",
@@ -179,12 +195,4 @@ def check_module_flavour(profile: NodeProfile, snap: NodeSnapshot) -> list[Check
         return [Check(name=name, status="P1", live=f"{live}; installed: "
                       f"{snap.module_installed_flavour}", want=wanted, kind=kind,
                       fix="reboot to load the installed modules", pending="reboot")]
-    packages = list(profile.nvidia_packages or flavour_packages(wanted, profile.nvidia_repository))
-    must = bool(set(archs) & OPEN_REQUIRED) or profile.nvidia_kernel_modules != "auto"
-    fix = f"install {' '.join(packages)} (" + (
-        f"{DEPLOY_FIX} installs them" if profile.nvidia_driver_change
-        else "nvidia_driver_change: true lets deploy/site.py do it") + "), then reboot"
-    note = ("Blackwell GPUs do not initialise on the proprietary modules"
-            if set(archs) & OPEN_REQUIRED and have == "proprietary" else why)
-    return [Check(name=name, status="P1" if must else "P2", live=live, want=wanted, kind=kind,
-                  fix=fix, deploy_fixes=profile.nvidia_driver_change, note=note)]
+    return [_flavour_change(profile, archs, have, wanted, live, why)]

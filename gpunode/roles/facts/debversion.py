@@ -9,6 +9,7 @@ before other characters. Never as strings ("7.0" after "6.17"), and not as PEP 4
 
 from __future__ import annotations
 
+import re
 from functools import cmp_to_key
 from typing import Any
 
@@ -24,34 +25,37 @@ def _order(char: str) -> int:
     return ord(char) + 256
 
 
+def _compare_nondigits(left: str, right: str) -> int:
+    """dpkg's non-digit part: character by character by _order, the shorter padded with
+    end-of-string (0)."""
+    for k in range(max(len(left), len(right))):
+        lc = _order(left[k]) if k < len(left) else 0
+        rc = _order(right[k]) if k < len(right) else 0
+        if lc != rc:
+            return lc - rc
+    return 0
+
+
+def _compare_digits(left: str, right: str) -> int:
+    """dpkg's digit part: as numbers (leading zeros dropped; the longer run is larger)."""
+    left, right = left.lstrip("0"), right.lstrip("0")
+    if len(left) != len(right):
+        return 1 if len(left) > len(right) else -1
+    return next((ord(a) - ord(b) for a, b in zip(left, right, strict=True) if a != b), 0)
+
+
+_RUNS = re.compile(r"(\D*)(\d*)")
+
+
 def _verrevcmp(left: str, right: str) -> int:
-    i = j = 0
-    while i < len(left) or j < len(right):
-        first_diff = 0
-        while (i < len(left) and not left[i].isdigit()) or (
-            j < len(right) and not right[j].isdigit()
-        ):
-            lc = _order(left[i]) if i < len(left) else 0
-            rc = _order(right[j]) if j < len(right) else 0
-            if lc != rc:
-                return lc - rc
-            i += 1
-            j += 1
-        while i < len(left) and left[i] == "0":
-            i += 1
-        while j < len(right) and right[j] == "0":
-            j += 1
-        while i < len(left) and left[i].isdigit() and j < len(right) and right[j].isdigit():
-            if not first_diff:
-                first_diff = ord(left[i]) - ord(right[j])
-            i += 1
-            j += 1
-        if i < len(left) and left[i].isdigit():
-            return 1
-        if j < len(right) and right[j].isdigit():
-            return -1
-        if first_diff:
-            return first_diff
+    """dpkg's verrevcmp: alternating non-digit and digit runs, compared pairwise."""
+    left_runs, right_runs = _RUNS.findall(left), _RUNS.findall(right)
+    for k in range(max(len(left_runs), len(right_runs))):
+        l_text, l_num = left_runs[k] if k < len(left_runs) else ("", "")
+        r_text, r_num = right_runs[k] if k < len(right_runs) else ("", "")
+        diff = _compare_nondigits(l_text, r_text) or _compare_digits(l_num, r_num)
+        if diff:
+            return diff
     return 0
 
 

@@ -179,6 +179,32 @@ def _mount_errors(lines: list[str]) -> dict[str, str]:
     return errors
 
 
+def _esp_line(esp: re.Match[str], line: str, esps: list[str], loaders: set[str],
+              kernels: list[str], problems: list[EspProblem]) -> None:
+    """One "UUID is configured with: uefi (versions), grub (versions)" line, into the lists."""
+    if esp.group("uuid") not in esps:
+        esps.append(esp.group("uuid"))
+    found = list(_LOADER_RE.finditer(esp.group("what")))
+    if not found:
+        problems.append(EspProblem(uuid=esp.group("uuid"), problem="no boot loader",
+                                   detail=line))
+    for loader in found:
+        loaders.add(loader.group("loader"))
+        for version in loader.group("versions").split(","):
+            version = version.strip()
+            if version and version not in kernels:
+                kernels.append(version)
+
+
+def _boot_mode(esps: list[str], loaders: set[str], booted_uefi: bool | None,
+               not_configured: bool) -> Literal["grub", "systemd-boot", "unknown"]:
+    if esps and "uefi" in loaders and booted_uefi is not False:
+        return "systemd-boot"
+    if (esps and loaders) or (not_configured and not esps):
+        return "grub"
+    return "unknown"
+
+
 def parse_proxmox_boot_tool_status(text: str) -> BootToolStatus:
     """Parse `proxmox-boot-tool status 2>&1` (see the module docstring for the mode table)."""
     if not text or not text.strip():
@@ -203,33 +229,13 @@ def parse_proxmox_boot_tool_status(text: str) -> BootToolStatus:
             problems.append(problem)
             continue
         esp = _ESP_RE.match(line)
-        if not esp:
-            continue
-        if esp.group("uuid") not in esps:
-            esps.append(esp.group("uuid"))
-        found = list(_LOADER_RE.finditer(esp.group("what")))
-        if not found:
-            problems.append(EspProblem(uuid=esp.group("uuid"), problem="no boot loader",
-                                       detail=line))
-        for loader in found:
-            loaders.add(loader.group("loader"))
-            for version in loader.group("versions").split(","):
-                version = version.strip()
-                if version and version not in kernels:
-                    kernels.append(version)
-    mode: Literal["grub", "systemd-boot", "unknown"]
-    managed = bool(esps)
-    if esps and "uefi" in loaders and booted_uefi is not False:
-        mode = "systemd-boot"
-    elif (esps and loaders) or (not_configured and not esps):
-        mode = "grub"
-    else:
-        mode = "unknown"
+        if esp:
+            _esp_line(esp, line, esps, loaders, kernels, problems)
     return BootToolStatus(
         present=True,
-        mode=mode,
+        mode=_boot_mode(esps, loaders, booted_uefi, not_configured),
         esps=esps,
-        managed=managed,
+        managed=bool(esps),
         booted_uefi=booted_uefi,
         kernels_on_esps=kernels,
         esp_problems=problems,
