@@ -14,7 +14,7 @@ from pyinfra.facts.files import Directory
 from pyinfra.facts.systemd import SystemdEnabled
 
 from gpunode.roles.facts.apt import AptHolds
-from gpunode.roles.facts.cache import cached_fact
+from gpunode.roles.facts.cache import cached_fact, changes_fact
 from gpunode.roles.facts.cmdline import CmdlineState, KernelCmdline
 from gpunode.roles.facts.kernel_params import KernelParams, KernelParamsState
 from gpunode.roles.facts.owned import STATE_DIR, STATE_FILE, NodeState, RecordedState
@@ -63,6 +63,8 @@ def state_recorded(sysctl_keys: list[str], modules: list[str], unit: str):
     report_change(STATE_FILE, "(absent)",
                   f"{len(state.sysctls)} sysctls, {len(state.modules_loaded)} modules loaded, "
                   f"{len(state.holds)} holds", where="what undo restores")
+    changes_fact(RecordedState)
+    changes_fact(Directory, path=STATE_DIR)
     text = json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n"
     temp = f"{STATE_FILE}.gpunode-new"
     yield StringCommand(f"mkdir -p {STATE_DIR} && chmod 700 {STATE_DIR}")
@@ -82,5 +84,7 @@ def state_forgotten():
         host.noop(f"{STATE_DIR} absent")
         return
     report_change(STATE_DIR, "present", "(removed)", where="originals, backups, state.json")
+    changes_fact(RecordedState)
+    changes_fact(Directory, path=STATE_DIR)
     yield StringCommand(f"rm -rf {STATE_DIR}")
 
