@@ -23,7 +23,6 @@ OVER: dict[str, int] = {
     "roles/lxc_gpu/takeover.py": 724,
     "roles/profile/container.py": 1081,
     "roles/lxc_gpu/takeover.py:_converge_allows": 32,
-    "roles/lxc_gpu/plan.py:restart_reasons": 25,
 }
 
 

@@ -266,6 +266,30 @@ def _shown(entries: list[tuple[str, str]], limit: int = 2) -> str:
     return text + (f" (+{len(entries) - limit} more)" if len(entries) > limit else "")
 
 
+def _waiting_options(spec: ContainerSpec, config_text: str) -> list[str]:
+    """Options in [pve:pending], or that `pct set` would park there (not hotplugged)."""
+    config = pve_config.parse_pve_lxc_config(config_text)
+    waiting = sorted(pve_config.pending_options(config))
+    parked = [a.removeprefix("--") for a in pct_set_args(spec, pve_config.main_options(config))
+              if a in _NOT_HOTPLUGGED]
+    waiting += [key for key in parked if key not in waiting]
+    return [f"options waiting in [pve:pending]: {', '.join(waiting)}"] if waiting else []
+
+
+def _still_live(started: pve_config.PveLxcConfig, want: Any, registered: set[int],
+                desired: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """GPU lines the running container was started with that the config no longer has."""
+    lines = started.main.lines
+    return [
+        (line.key or "", line.value or "")
+        for i, line in enumerate(lines)
+        if line.is_lxc
+        and (_is_gpu_entry((line.key or "", line.value or ""), want)
+             or stale_allow(lines, i, want, registered))
+        and (line.key, line.value) not in desired
+    ]
+
+
 def restart_reasons(
     spec: ContainerSpec,
     config_text: str | None,
@@ -293,13 +317,7 @@ def restart_reasons(
     text = config_text if config_text is not None else ""
     result = take_over(text, spec, majors, devices, **facts)
     if config_text is not None:
-        config = pve_config.parse_pve_lxc_config(config_text)
-        waiting = sorted(pve_config.pending_options(config))
-        parked = [a.removeprefix("--") for a in pct_set_args(spec, pve_config.main_options(config))
-                  if a in _NOT_HOTPLUGGED]
-        waiting += [key for key in parked if key not in waiting]
-        if waiting:
-            reasons.append(f"options waiting in [pve:pending]: {', '.join(waiting)}")
+        reasons += _waiting_options(spec, config_text)
     if started_text is None:
         if config_text is not None and pve_config.render(result.config) != config_text:
             reasons.append("its lxc.* lines change (/var/lib/lxc/VMID/config unreadable)")
@@ -312,16 +330,8 @@ def restart_reasons(
     if missing:
         reasons.append(f"not live yet: {_shown(missing)}")
     want = gpu_lines(spec, majors, devices, **facts)
-    registered = set(majors.values()) | {d.major for d in devices}
-    lines = started.main.lines
-    stale = [
-        (line.key or "", line.value or "")
-        for i, line in enumerate(lines)
-        if line.is_lxc
-        and (_is_gpu_entry((line.key or "", line.value or ""), want)
-             or stale_allow(lines, i, want, registered))
-        and (line.key, line.value) not in desired
-    ]
+    stale = _still_live(started, want, set(majors.values()) | {d.major for d in devices},
+                        desired)
     if stale:
         reasons.append(f"still live, no longer declared: {_shown(stale)}")
     return reasons
