@@ -9,7 +9,7 @@ PY := $(VENV)/bin/python
 SHELL := /bin/bash
 .SHELLFLAGS := -o pipefail -ec
 
-.PHONY: install venv test test-lab unit lint typecheck docs lab lab-up lab-down
+.PHONY: dist install venv test test-lab unit lint typecheck docs lab lab-up lab-down
 
 install venv: $(VENV)/.installed
 
@@ -63,3 +63,8 @@ lab-up: $(VENV)/.installed
 
 lab-down: $(VENV)/.installed
 	$(PY) -m lab down
+
+# The release artefacts: an sdist and a wheel in dist/, checked by twine.
+dist: $(VENV)/.installed
+	$(PY) -m pip install -q build twine
+	rm -rf dist && $(PY) -m build -o dist . && $(VENV)/bin/twine check --strict dist/*

@@ -85,12 +85,13 @@ def pyinfra_bin() -> str:
 
 def run_pyinfra(
     deploy: str, *args: str, env: dict[str, str] | None = None, timeout: float = 1800,
-    inventory: str = LAB_INVENTORY,
+    inventory: str = LAB_INVENTORY, pyinfra: str | None = None, cwd: Path = REPO,
 ) -> PyinfraRun:
-    """`pyinfra <inventory> <deploy> <args> --json` from the repository root."""
-    command = [pyinfra_bin(), inventory, deploy, *args, "--json"]
+    """`pyinfra <inventory> <deploy> <args> --json` from the repository root (or cwd, with
+    another pyinfra executable: a wheel's virtual environment)."""
+    command = [pyinfra or pyinfra_bin(), inventory, deploy, *args, "--json"]
     proc = subprocess.run(
-        command, cwd=REPO, capture_output=True, text=True, timeout=timeout,
+        command, cwd=cwd, capture_output=True, text=True, timeout=timeout,
         env={**os.environ, **(env or {})}, stdin=subprocess.DEVNULL,
     )
     try:
