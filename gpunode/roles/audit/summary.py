@@ -37,6 +37,18 @@ def _field(label: str, text: str) -> list[str]:
                          subsequent_indent=" " * len(first), break_on_hyphens=False) or [first]
 
 
+def _items(label: str, items: list[str]) -> list[str]:
+    """'  LABEL  item', one item a line (each wrapped under itself), or 'none'."""
+    if not items:
+        return _field(label, "none")
+    indent = " " * len(f"  {label:<{LABEL}}")
+    lines = _field(label, items[0])
+    for item in items[1:]:
+        lines += textwrap.wrap(item, WIDTH, initial_indent=indent, subsequent_indent=indent,
+                               break_on_hyphens=False)
+    return lines
+
+
 def _names(names: list[str]) -> str:
     shown = "; ".join(names[:MAX_NAMES])
     more = len(names) - MAX_NAMES
@@ -93,11 +105,11 @@ def run_summary(host_name: str, changed: list[str], unchanged: int, failed: list
     if failed:
         lines += _field("failed", _names(failed))
     waiting = pending(checks)
-    lines += _field("pending reboot", "; ".join(waiting["reboot"]) or "none")
-    lines += _field("pending restart", "; ".join(waiting["restart"]) or "none")
+    lines += _items("pending reboot", waiting["reboot"])
+    lines += _items("pending restart", waiting["restart"])
     refused = [c.fix.removeprefix("none: ") if c.fix else f"{c.name}: {c.live}, wants {c.want}"
                for c in checks if c.status == "limit" and c.want]
-    lines += _field("refused", "; ".join(refused) or "none")
+    lines += _items("refused", refused)
     label, text = verified_text(checks)
     lines += _field(label, text)
     return lines

@@ -203,3 +203,17 @@ def test_verify_timer_needs_no_python_on_the_node():
     text = render_script(NodeProfile(), CpuState(), [], None)
     assert text.startswith("#!/bin/sh\n") and "python" not in text
     assert os.linesep == "\n"
+
+
+def test_run_summary_lists_each_refusal_whole_on_its_own_line():
+    """Two refusals (the lab's two stand-ins): each stays one line, never cut by the wrap."""
+    refusals = [
+        Check(name=f"PCIe MaxReadReq {bdf} [8086:10d3]", status="limit", live="128 bytes",
+              want="4096 bytes", fix=f"device {bdf} did not accept MaxReadReq=4096 (reads 128)")
+        for bdf in ("0000:01:00.0", "0000:21:00.0")
+    ]
+    lines = run_summary("gpunode-lab", [], 3, [], refusals)
+    for bdf in ("0000:01:00.0", "0000:21:00.0"):
+        wanted = f"device {bdf} did not accept MaxReadReq=4096 (reads 128)"
+        assert any(line.rstrip().endswith(wanted) for line in lines), lines
+    assert all(len("    " + line) <= 100 for line in lines)
