@@ -1,7 +1,10 @@
 """pcie_acs_redirect: off on the lab guest: QEMU's pcie-root-port has a writable ACS capability,
 so the masked write of ECAP_ACS+0x6 and its read-back are real. Only the root ports above the
 stand-ins (the lab selector's e1000e) change, only the redirect bits, at runtime (pyinfra over
-SSH) and at boot (the gpunode-tune script), and a second run changes nothing."""
+SSH) and at boot (the gpunode-tune script), and a second run changes nothing.
+
+It converges the guest (deploy/host.py -y), so it runs after test_deploy_cycle.py, whose first
+test needs the fresh guest that test_a_dry_run_and_undo.py leaves behind."""
 
 from __future__ import annotations
 
