@@ -3,6 +3,8 @@
 PYTHON ?= python3
 # The lab guest's Debian suite: trixie (Debian 13, Proxmox VE 9's base) or bookworm (Debian 12).
 SUITE ?= trixie
+# What `make test-lab` runs (CI: the deploy -> reboot -> zero-change cycle on bookworm).
+LAB_TESTS ?= tests/lab
 export GPUNODE_LAB_SUITE := $(SUITE)
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -52,7 +54,7 @@ test: lint typecheck
 
 # The lab tier alone (CI runs it once more with SUITE=bookworm).
 test-lab: $(VENV)/.installed
-	$(PY) -m pytest tests/lab -q -rs
+	$(PY) -m pytest $(LAB_TESTS) -q -rs
 
 # The demo on the bundled lab node: build/reuse image, boot, --dry, apply, reboot, re-run, audit.
 lab: $(VENV)/.installed
