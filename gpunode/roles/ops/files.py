@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import hashlib
 import shlex
-from importlib.resources import files
 from io import StringIO
 from pathlib import Path
 from typing import Any
 
-from jinja2 import DictLoader, Environment, StrictUndefined
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, StringCommand, operation
 from pyinfra.facts.files import Directory, FileContents
@@ -37,33 +35,12 @@ from gpunode.roles.facts.owned import (
     original_path,
 )
 from gpunode.roles.ops.changes import diff_enabled, log_file_diff, report_change
-
-
-def _package_templates() -> dict[str, str]:
-    """templates/<dir>/<name>.j2 read once at import (operation tests mock the file system,
-    and an operation may render one: the GRUB drop-in)."""
-    root = files("gpunode") / "templates"
-    return {
-        f"{folder.name}/{item.name}": item.read_text()
-        for folder in root.iterdir() if folder.is_dir()
-        for item in folder.iterdir() if item.name.endswith(".j2")
-    }
-
-
-_environment = Environment(
-    loader=DictLoader(_package_templates()),
-    undefined=StrictUndefined,
-    keep_trailing_newline=True,
-    trim_blocks=True,
-    lstrip_blocks=True,
-)
-# Shell templates quote every variable with it: {{ value | shquote }}.
-_environment.filters["shquote"] = lambda value: shlex.quote(str(value))
+from gpunode.roles.ops.shell import TEMPLATES
 
 
 def render_template(name: str, **variables: Any) -> str:
     """Render templates/<name> with the given variables (missing variables are errors)."""
-    return _environment.get_template(name).render(**variables)
+    return TEMPLATES.get_template(name).render(**variables)
 
 
 def sha1_text(text: str) -> str:

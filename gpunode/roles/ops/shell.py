@@ -19,20 +19,27 @@ from jinja2 import DictLoader, Environment, StrictUndefined
 from pyinfra.api import StringCommand
 
 
-def _shell_templates() -> dict[str, str]:
-    """templates/shell/*.j2, read once at import (operation tests mock the file system)."""
-    folder = files("gpunode") / "templates" / "shell"
-    return {item.name: item.read_text() for item in folder.iterdir() if item.name.endswith(".j2")}
+def _package_templates() -> dict[str, str]:
+    """templates/<dir>/<name>.j2 read once at import (operation tests mock the file system,
+    and an operation may render one: the GRUB drop-in)."""
+    root = files("gpunode") / "templates"
+    return {
+        f"{folder.name}/{item.name}": item.read_text()
+        for folder in root.iterdir() if folder.is_dir()
+        for item in folder.iterdir() if item.name.endswith(".j2")
+    }
 
 
-_environment = Environment(
-    loader=DictLoader(_shell_templates()),
+TEMPLATES = Environment(
+    loader=DictLoader(_package_templates()),
     undefined=StrictUndefined,
+    keep_trailing_newline=True,
     trim_blocks=True,
     lstrip_blocks=True,
-    autoescape=False,
 )
-_environment.filters["shquote"] = lambda value: shlex.quote(str(value))
+"""Every template of the package (files owned whole and shell snippets) in one environment;
+shell templates quote every variable with it: {{ value | shquote }}."""
+TEMPLATES.filters["shquote"] = lambda value: shlex.quote(str(value))
 
 
 def quote(value: object) -> str:
@@ -52,7 +59,7 @@ def argv(*words: object) -> StringCommand:
 
 def script_text(template: str, **variables: Any) -> str:
     """templates/shell/<template> rendered; its variables are quoted by the template."""
-    return _environment.get_template(template).render(**variables).strip("\n")
+    return TEMPLATES.get_template(f"shell/{template}").render(**variables).strip("\n")
 
 
 def script(template: str, **variables: Any) -> StringCommand:
