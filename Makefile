@@ -50,11 +50,11 @@ typecheck: $(VENV)/.installed
 # The test command (CI runs it): lint, types, unit tier, lab tier on $(SUITE) (QEMU guest, real
 # kernel), then a coverage report of gpunode ([tool.coverage] in pyproject.toml).
 test: lint typecheck
-	$(PY) -m pytest -q -rs --cov
+	$(PY) -m pytest -q -rs --durations=15 --cov
 
 # The lab tier alone (CI runs it once more with SUITE=bookworm).
 test-lab: $(VENV)/.installed
-	$(PY) -m pytest $(LAB_TESTS) -q -rs
+	$(PY) -m pytest $(LAB_TESTS) -q -rs --durations=10
 
 # The demo on the bundled lab node: build/reuse image, boot, --dry, apply, reboot, re-run, audit.
 lab: $(VENV)/.installed
