@@ -1,6 +1,6 @@
 r"""lxc_gpu defaults: the fields of one declared container (ContainerSpec), from the Proxmox
 host's data key ``gpunode_containers`` (a list of mappings, one per container). Each is
-documented once, in the schema (gpunode/roles/profile/container.py); the list below is
+documented once, in the schema (gpunode/roles/profile/container/spec.py); the list below is
 generated from it (make docs). GPU lines are computed from the host's /proc/devices and
 /dev/nvidia* (gpunode/roles/lxc_gpu/passthrough.py), never hard-coded.
 
