@@ -21,6 +21,10 @@ One round trip gathers, as marker-separated sections (gpunode.roles.facts.sectio
   --query-gpu=driver_version --format=csv,noheader; grep 'Max locked memory' /proc/1/limits"`
   (parse_container_exec).
 
+The GPU sections' models and parsers live in gpunode.roles.audit.gpu_facts, the containers'
+in gpunode.roles.audit.container_facts; this module holds the command, the IOMMU parser and
+AuditExtras, the whole parsed output.
+
 Nothing is written on the node: no redirection into files (only 2>/dev/null), no setpci, no
 sysctl -w, no modprobe. `proxmox-boot-tool status` is not run here (it mounts the ESPs); the
 pinned kernel comes from `kernel list`, which only reads /etc/kernel.
@@ -29,12 +33,20 @@ pinned kernel comes from `kernel list`, which only reads /etc/kernel.
 from __future__ import annotations
 
 import re
-import xml.etree.ElementTree as ET
 
 from pydantic import BaseModel, ConfigDict, Field
 from pyinfra.api import FactBase
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
+from gpunode.roles.audit.container_facts import ContainerState, container_state
+from gpunode.roles.audit.gpu_facts import (
+    GpuDetails,
+    NvlinkGpu,
+    UnitState,
+    parse_gpu_details,
+    parse_nvlink_status,
+    parse_unit_state,
+)
 from gpunode.roles.facts.apt import AptHolds
 from gpunode.roles.facts.dpkg import InstalledPackages, parse_dpkg_query
 from gpunode.roles.facts.gpu_topology import GpuTopology, parse_gpu_topology
@@ -48,7 +60,7 @@ from gpunode.roles.facts.nvidia import (
     parse_nvidia_smi_xml,
 )
 from gpunode.roles.facts.nvidia_modules import flavour_of_license, parse_modinfo_license
-from gpunode.roles.facts.pcie import normalize_bdf, parse_pci_paths
+from gpunode.roles.facts.pcie import parse_pci_paths
 from gpunode.roles.facts.proxmox import (
     ProxmoxBootTool,
     PveVersion,
@@ -58,34 +70,15 @@ from gpunode.roles.facts.proxmox import (
 )
 from gpunode.roles.facts.sections import MARKER, section_command, split_sections
 from gpunode.roles.lxc_gpu.facts import parse_pct_list, parse_pve_lxc_config_fact
-from gpunode.roles.lxc_gpu.numa import GPU_NUMA_COMMAND, GpuNuma, local_cpuset, parse_gpu_numa
-from gpunode.roles.lxc_gpu.pve_config import (
-    cgroup_v1_entries,
-    get,
-    get_all,
-    main_options,
-    parse_pve_lxc_config,
-)
-from gpunode.roles.lxc_gpu.takeover import dev_path, mount_target
+from gpunode.roles.lxc_gpu.numa import GPU_NUMA_COMMAND, parse_gpu_numa
 
 __all__ = [
     "AUDIT_COMMAND",
     "AuditExtras",
     "AuditFacts",
-    "ContainerState",
-    "GpuDetails",
     "IommuState",
-    "NvlinkGpu",
-    "UnitState",
-    "container_state",
-    "is_gpu_container",
     "parse_audit_sections",
-    "parse_container_exec",
-    "parse_gpu_details",
     "parse_iommu",
-    "parse_nvlink_status",
-    "parse_pci_paths",
-    "parse_unit_state",
 ]
 
 # Same package globs as gpunode.roles.nvidia_driver (kept literal: that module imports operations).
@@ -111,95 +104,6 @@ class IommuState(BaseModel):
         for kind in self.group_types.values():
             counts[kind] = counts.get(kind, 0) + 1
         return dict(sorted(counts.items()))
-
-
-class GpuDetails(BaseModel):
-    """What the audit reads from `nvidia-smi -q -x` beyond gpunode.roles.facts.nvidia.NvidiaGpu."""
-
-    model_config = ConfigDict(frozen=True)
-
-    bdf: str
-    active_clock_reasons: list[str] = Field(default_factory=list)
-    """Clock event (throttle) reasons reported "Active": "gpu_idle", "sw_power_cap", ..."""
-    temp_slowdown_c: int | None = None
-    temp_shutdown_c: int | None = None
-    ecc_pending: str | None = None
-    bar1_total_mib: int | None = None
-    fb_total_mib: int | None = None
-    performance_state: str | None = None
-
-
-class NvlinkGpu(BaseModel):
-    """One GPU block of `nvidia-smi nvlink -s`."""
-
-    model_config = ConfigDict(frozen=True)
-
-    index: int
-    name: str = ""
-    active_links: int = 0
-    inactive_links: int = 0
-    link_speed_gbs: float | None = None
-    """Speed of the first active link (all links of a GPU run at one rate)."""
-    message: str | None = None
-    """NVML's line when it lists no link ("Unable to retrieve NVLink information as all links
-    are inActive", "Device does not have or support Nvlink")."""
-
-
-class UnitState(BaseModel):
-    """A systemd unit as `systemctl is-enabled` / `is-active` print it ("" = not read)."""
-
-    model_config = ConfigDict(frozen=True)
-
-    installed: bool = False
-    """The unit's program exists (command -v)."""
-    enabled: str = ""
-    active: str = ""
-
-
-def parse_unit_state(text: str) -> UnitState:
-    """Lines 'installed=yes|no', 'enabled=<is-enabled>', 'active=<is-active>'."""
-    values: dict[str, str] = {}
-    for line in (text or "").splitlines():
-        key, _, value = line.strip().partition("=")
-        if key in ("installed", "enabled", "active"):
-            values[key] = value.strip()
-    return UnitState(installed=values.get("installed") == "yes",
-                     enabled=values.get("enabled", ""), active=values.get("active", ""))
-
-
-class ContainerState(BaseModel):
-    """One container of this Proxmox node, as far as the audit needs it."""
-
-    model_config = ConfigDict(frozen=True)
-
-    vmid: int
-    name: str = ""
-    status: str = ""
-    """From `pct list`: running, stopped, ... ("" when not listed)."""
-    config_read: bool = False
-    """/etc/pve/lxc/VMID.conf was read (it needs root)."""
-    gpu: bool = False
-    """The config hands NVIDIA devices to the container."""
-    memlock_config: str | None = None
-    """lxc.prlimit.memlock in the main section (None = not set)."""
-    exec_ran: bool = False
-    """`pct exec` ran (only for running GPU containers)."""
-    driver_version: str | None = None
-    """`nvidia-smi --query-gpu=driver_version` inside the container."""
-    driver_error: str | None = None
-    """nvidia-smi's first line inside the container when it printed no version."""
-    memlock_live: str | None = None
-    """Soft 'Max locked memory' of the container's init (/proc/1/limits)."""
-    gpus: list[int] = Field(default_factory=list)
-    """GPU indices (N of /dev/nvidiaN) the config passes, by mount or devN key."""
-    cpuset_cpus: str | None = None
-    """lxc.cgroup2.cpuset.cpus in the main section (None = not set: pvestatd moves it)."""
-    cpuset_mems: str | None = None
-    local_cpus: str | None = None
-    """The CPUs of its GPUs' NUMA node(s); None: nothing to pin (one node, or unknown)."""
-    local_mems: str | None = None
-    cgroup_v1: list[tuple[str, str]] = Field(default_factory=list)
-    """The main section's lxc.cgroup.* (cgroup v1) entries: ignored on cgroup v2 hosts."""
 
 
 class AuditExtras(BaseModel):
@@ -241,193 +145,6 @@ def parse_iommu(groups_text: str, types_text: str) -> IommuState:
             types[int(match.group(1))] = match.group(2)
             groups.add(int(match.group(1)))
     return IommuState(groups=len(groups), group_types=dict(sorted(types.items())))
-
-
-_GPU_LINE_RE = re.compile(r"^GPU\s+(\d+):\s*(?P<body>.*)$")
-_UUID_RE = re.compile(r"\s*\(UUID:[^)]*\)\s*")
-_LINK_RE = re.compile(r"^Link\s+\d+:\s*(?P<state>.*)$")
-_SPEED_RE = re.compile(r"(\d+(?:\.\d+)?)\s*GB/s")
-
-
-def parse_nvlink_status(text: str) -> list[NvlinkGpu]:
-    """`nvidia-smi nvlink -s` -> one NvlinkGpu per "GPU N:" block; [] for other text."""
-    gpus: list[dict] = []
-    for raw in (text or "").splitlines():
-        line = raw.strip()
-        if not line:
-            continue
-        gpu = _GPU_LINE_RE.match(line)
-        if gpu:
-            body = gpu.group("body")
-            uuid = _UUID_RE.search(body)
-            name, rest = ((body[: uuid.start()], body[uuid.end():]) if uuid else (body, ""))
-            gpus.append({"index": int(gpu.group(1)), "name": name.strip(), "active_links": 0,
-                         "inactive_links": 0, "link_speed_gbs": None,
-                         "message": rest.strip() or None})
-            continue
-        if not gpus:
-            continue
-        current = gpus[-1]
-        link = _LINK_RE.match(line)
-        if link:
-            speed = _SPEED_RE.search(link.group("state"))
-            if speed and float(speed.group(1)) > 0:
-                current["active_links"] += 1
-                if current["link_speed_gbs"] is None:
-                    current["link_speed_gbs"] = float(speed.group(1))
-            else:
-                current["inactive_links"] += 1
-        elif current["message"] is None:
-            current["message"] = line
-    return [NvlinkGpu(**gpu) for gpu in gpus]
-
-
-_NUMBER_RE = re.compile(r"\d+")
-
-
-def _int_text(node: ET.Element | None, path: str) -> int | None:
-    if node is None:
-        return None
-    found = node.find(path)
-    if found is None or not found.text:
-        return None
-    match = _NUMBER_RE.search(found.text)
-    return int(match.group(0)) if match else None
-
-
-def _plain_text(node: ET.Element, path: str) -> str | None:
-    found = node.find(path)
-    if found is None or found.text is None:
-        return None
-    value = " ".join(found.text.split())
-    return None if value in ("", "N/A", "[N/A]") else value
-
-
-def parse_gpu_details(text: str) -> dict[str, GpuDetails]:
-    """Clock event reasons, temperature thresholds, pending ECC mode and BAR1/framebuffer
-    sizes from `nvidia-smi -q -x`, by normalized BDF; {} for anything but the XML report."""
-    start = (text or "").find("<nvidia_smi_log")
-    if start < 0:
-        return {}
-    head = text.rfind("<?xml", 0, start)
-    try:
-        root = ET.fromstring(text[head if head >= 0 else start:].strip())
-    except ET.ParseError:
-        return {}
-    details: dict[str, GpuDetails] = {}
-    for gpu in root.findall("gpu"):
-        bus_id = gpu.get("id") or _plain_text(gpu, "pci/pci_bus_id")
-        if not bus_id:
-            continue
-        reasons_node = gpu.find("clocks_event_reasons")
-        if reasons_node is None:
-            reasons_node = gpu.find("clocks_throttle_reasons")
-        active = []
-        for child in list(reasons_node) if reasons_node is not None else []:
-            if " ".join((child.text or "").split()) == "Active":
-                active.append(re.sub(r"^clocks_(?:event|throttle)_reason_", "", child.tag))
-        bdf = normalize_bdf(bus_id)
-        details[bdf] = GpuDetails(
-            bdf=bdf,
-            active_clock_reasons=active,
-            temp_slowdown_c=_int_text(gpu, "temperature/gpu_temp_slow_threshold"),
-            temp_shutdown_c=_int_text(gpu, "temperature/gpu_temp_max_threshold"),
-            ecc_pending=_plain_text(gpu, "ecc_mode/pending_ecc"),
-            bar1_total_mib=_int_text(gpu, "bar1_memory_usage/total"),
-            fb_total_mib=_int_text(gpu, "fb_memory_usage/total"),
-            performance_state=_plain_text(gpu, "performance_state"),
-        )
-    return details
-
-
-_VERSION_RE = re.compile(r"^\d+(?:\.\d+)+$")
-
-
-def parse_container_exec(text: str) -> tuple[str | None, str | None, str | None]:
-    """Output of the in-container probe -> (driver version, nvidia-smi error line, memlock).
-
-    The probe prints nvidia-smi's first line (a version such as "550.54.15", or an error such
-    as "Failed to initialize NVML: Driver/library version mismatch"), then the
-    "Max locked memory" line of /proc/1/limits.
-    """
-    version = error = memlock = None
-    for raw in (text or "").splitlines():
-        line = raw.strip()
-        if not line:
-            continue
-        if line.startswith("Max locked memory"):
-            fields = line[len("Max locked memory"):].split()
-            memlock = fields[0] if fields else None
-        elif version is None and error is None:
-            if _VERSION_RE.match(line.split(",")[0].strip()):
-                version = line.split(",")[0].strip()
-            else:
-                error = line
-    return version, error, memlock
-
-
-def is_gpu_container(config_text: str) -> bool:
-    """The main section hands NVIDIA devices over: devN: /dev/nvidia..., an lxc.mount.entry of
-    /dev/nvidia..., or an lxc.cgroup2.devices.allow for major 195."""
-    config = parse_pve_lxc_config(config_text)
-    for key, value in main_options(config).items():
-        if re.match(r"^dev\d+$", key) and value.startswith("/dev/nvidia"):
-            return True
-    for value in get_all(config, "lxc.mount.entry"):
-        if value.split(" ", 1)[0].startswith("/dev/nvidia"):
-            return True
-    return any(re.match(r"^c 195:", value.strip())
-               for value in get_all(config, "lxc.cgroup2.devices.allow"))
-
-
-_GPU_NODE_RE = re.compile(r"^dev/nvidia(\d+)$")
-
-
-def passed_gpus(config_text: str) -> list[int]:
-    """GPU indices a config hands to its container: mounts at dev/nvidiaN (any spelling of
-    the target) and devN keys for /dev/nvidiaN."""
-    config = parse_pve_lxc_config(config_text)
-    gpus = set()
-    for line in config.main.lines:
-        if line.kind != "key" or line.key is None:
-            continue
-        if line.key == "lxc.mount.entry":
-            target = mount_target(line.value or "") or ""
-        elif re.match(r"^dev\d+$", line.key):
-            target = dev_path(line.value or "").lstrip("/")
-        else:
-            continue
-        match = _GPU_NODE_RE.match(target)
-        if match:
-            gpus.add(int(match.group(1)))
-    return sorted(gpus)
-
-
-def container_state(vmid: int, config_text: str | None, listed: dict[str, str] | None,
-                    exec_text: str | None, numa: GpuNuma | None = None) -> ContainerState:
-    """One container from its config text, its `pct list` row and the in-container probe;
-    ``numa`` (the host's GPU placement) gives the cpuset local to its GPUs."""
-    listed = listed or {}
-    gpu = bool(config_text) and is_gpu_container(config_text or "")
-    config = parse_pve_lxc_config(config_text) if config_text else None
-    memlock = get(config, "lxc.prlimit.memlock") if config else None
-    version = error = memlock_live = None
-    if exec_text is not None:
-        version, error, memlock_live = parse_container_exec(exec_text)
-    gpus = passed_gpus(config_text) if config_text else []
-    local = local_cpuset(numa, gpus)
-    return ContainerState(
-        vmid=vmid, name=listed.get("name", ""), status=listed.get("status", ""),
-        config_read=config_text is not None, gpu=gpu,
-        memlock_config=memlock, exec_ran=exec_text is not None, driver_version=version,
-        driver_error=error, memlock_live=memlock_live,
-        cgroup_v1=cgroup_v1_entries(config) if config else [],
-        gpus=gpus,
-        cpuset_cpus=get(config, "lxc.cgroup2.cpuset.cpus") if config else None,
-        cpuset_mems=get(config, "lxc.cgroup2.cpuset.mems") if config else None,
-        local_cpus=local[0] if local else None,
-        local_mems=local[1] if local else None,
-    )
 
 
 def parse_audit_sections(text: str) -> AuditExtras:

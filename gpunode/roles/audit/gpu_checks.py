@@ -6,7 +6,7 @@ known limit, not a finding: custom allreduce stays off and NCCL uses PCIe P2P or
 
 from __future__ import annotations
 
-from gpunode.roles.audit.facts import GpuDetails
+from gpunode.roles.audit.gpu_facts import GpuDetails
 from gpunode.roles.audit.snapshot import NodeSnapshot
 from gpunode.roles.facts.nvidia import NvidiaGpu
 from gpunode.roles.facts.pcie import PcieDevice

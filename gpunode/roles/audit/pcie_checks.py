@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 
-from gpunode.roles.audit.facts import GpuDetails
 from gpunode.roles.audit.gpu_checks import (
     NOT_READ,
     _no_gpu,
@@ -23,6 +22,7 @@ from gpunode.roles.audit.gpu_checks import (
     lspci_gpus,
     smi_gpus,
 )
+from gpunode.roles.audit.gpu_facts import GpuDetails
 from gpunode.roles.audit.snapshot import NodeSnapshot
 from gpunode.roles.facts.nvidia import NvidiaGpu
 from gpunode.roles.facts.pcie import PcieDevice

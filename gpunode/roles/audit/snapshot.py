@@ -10,15 +10,9 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
-from gpunode.roles.audit.facts import (
-    AuditExtras,
-    AuditFacts,
-    ContainerState,
-    GpuDetails,
-    IommuState,
-    NvlinkGpu,
-    UnitState,
-)
+from gpunode.roles.audit.container_facts import ContainerState
+from gpunode.roles.audit.facts import AuditExtras, AuditFacts, IommuState
+from gpunode.roles.audit.gpu_facts import GpuDetails, NvlinkGpu, UnitState
 from gpunode.roles.facts.bandwidth import BandwidthResults, BandwidthTests
 from gpunode.roles.facts.bundle import FactRead
 from gpunode.roles.facts.cache import cached_read

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpunode.roles.audit.facts import ContainerState
+from gpunode.roles.audit.container_facts import ContainerState
 from gpunode.roles.audit.gpu_checks import NOT_READ, lspci_gpus
 from gpunode.roles.audit.snapshot import NodeSnapshot
 from gpunode.roles.facts.cmdline import grub_cmdline_value

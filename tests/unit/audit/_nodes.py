@@ -10,13 +10,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gpunode.roles.audit.facts import (
-    ContainerState,
-    IommuState,
-    container_state,
-    parse_gpu_details,
-    parse_nvlink_status,
-)
+from gpunode.roles.audit.container_facts import ContainerState, container_state
+from gpunode.roles.audit.facts import IommuState
+from gpunode.roles.audit.gpu_facts import parse_gpu_details, parse_nvlink_status
 from gpunode.roles.audit.snapshot import NodeSnapshot
 from gpunode.roles.facts.cmdline import (
     CmdlineState,

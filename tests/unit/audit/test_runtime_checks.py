@@ -3,7 +3,7 @@ reports, /proc/driver/nvidia/version and modinfo outputs."""
 
 import pytest
 
-from gpunode.roles.audit.facts import UnitState, parse_unit_state
+from gpunode.roles.audit.gpu_facts import UnitState, parse_unit_state
 from gpunode.roles.audit.runtime_checks import (
     check_module_flavour,
     check_persistence,
