@@ -19,9 +19,7 @@ MAX_COMPLEXITY = 20
 
 #: path (or path:function) -> today's lines (or complexity); may only go down.
 OVER: dict[str, int] = {
-    "roles/audit/facts.py": 563,
     "roles/lxc_gpu/takeover.py": 724,
-    "roles/profile/container.py": 1081,
     "roles/lxc_gpu/takeover.py:_converge_allows": 32,
 }
 
