@@ -34,10 +34,12 @@ from gpunode.roles.audit.run import audit_node
 from gpunode.roles.audit.snapshot import AUDIT_READ, snapshot_reads
 from gpunode.roles.facts.cache import prefetch
 from gpunode.roles.profile.loader import profiles_of_run
+from gpunode.roles.pyinfra_adapter import fit_cli_tables
 
 
 def audit() -> None:
     """The read-only readiness report of this host (options: host data report, report_dir)."""
+    fit_cli_tables()  # pyinfra's tables within 100 columns
     profile = profiles_of_run(state.inventory)[host.name]
     prefetch([*snapshot_reads(profile).values(), AUDIT_READ])
 

@@ -22,12 +22,14 @@ from gpunode.roles.container.inventory import declared_specs, validate_container
 from gpunode.roles.facts.nvidia import NvidiaDriverVersion
 from gpunode.roles.lxc_gpu import lxc_gpu
 from gpunode.roles.lxc_gpu.validate import ContainerDeployError, validate_container_hosts
+from gpunode.roles.pyinfra_adapter import fit_cli_tables
 
 _CACHE = "_gpunode_containers"
 
 
 def containers() -> None:
     """lxc_gpu on Proxmox hosts with gpunode_containers; the container role on container hosts."""
+    fit_cli_tables()  # pyinfra's tables within 100 columns
 
     # The deploy file runs once per host: validate all hosts once per run, keep it on the state.
     validated = getattr(state, _CACHE, None)

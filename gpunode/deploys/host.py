@@ -14,12 +14,14 @@ from gpunode.roles.host_tuning import (
 )
 from gpunode.roles.ops.preflight import refuse_host
 from gpunode.roles.profile.loader import profiles_of_run
+from gpunode.roles.pyinfra_adapter import fit_cli_tables
 from gpunode.roles.undo import record_reads, record_state
 
 
 def host_tuning_only() -> None:
     """sysctls, modules, MaxReadReq, ACS, C-states, governor, memlock, GPU persistence and
     power limits; then verify."""
+    fit_cli_tables()  # pyinfra's tables within 100 columns
     profile = profiles_of_run(state.inventory)[host.name]
     record = (sorted(profile.sysctls), profile.modules, BOOT_UNIT)
     prefetch([*record_reads(*record), *host_tuning_reads(profile), *gpu_runtime_reads(profile),

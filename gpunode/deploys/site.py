@@ -20,6 +20,7 @@ from gpunode.roles.kernel import kernel_boot, kernel_pin_for_host, kernel_proble
 from gpunode.roles.nvidia_driver import nvidia_driver, nvidia_driver_reads
 from gpunode.roles.ops.preflight import refuse_host
 from gpunode.roles.profile.loader import profiles_of_run
+from gpunode.roles.pyinfra_adapter import fit_cli_tables
 from gpunode.roles.undo import record_reads, record_state
 from gpunode.roles.verify_timer import verify_timer, verify_timer_reads
 
@@ -27,6 +28,7 @@ from gpunode.roles.verify_timer import verify_timer, verify_timer_reads
 def site() -> None:
     """Host tuning, GPU runtime, NVIDIA driver pin and flavour, the verify timer (opt-in),
     kernel cmdline and pin (reboot if allowed), verify."""
+    fit_cli_tables()  # pyinfra's tables within 100 columns
     profile = profiles_of_run(state.inventory)[host.name]
     record = (sorted(profile.sysctls), profile.modules, BOOT_UNIT)
     prefetch([*record_reads(*record), *host_tuning_reads(profile), *gpu_runtime_reads(profile),

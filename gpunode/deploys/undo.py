@@ -21,6 +21,7 @@ from gpunode.roles.ops.state import recorded_state
 from gpunode.roles.profile.loader import profiles_of_run
 from gpunode.roles.profile.node import NodeProfile
 from gpunode.roles.profile.sysctls import BEST_EFFORT_SYSCTLS
+from gpunode.roles.pyinfra_adapter import fit_cli_tables
 from gpunode.roles.undo import UndoTargets, undo_node, undo_reads
 
 AFTER = {BOOT_UNIT_FILE: "systemctl daemon-reload", SYSTEMD_MEMLOCK_FILE: "systemctl daemon-reexec",
@@ -44,6 +45,7 @@ def undo_targets(profile: NodeProfile) -> UndoTargets:
 
 def undo() -> None:
     """Put this host back as gpunode found it."""
+    fit_cli_tables()  # pyinfra's tables within 100 columns
     profile = profiles_of_run(state.inventory)[host.name]
     targets = undo_targets(profile)
     recorded_state()  # read first: its sysctl keys name the next reads

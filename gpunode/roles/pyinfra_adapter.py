@@ -19,6 +19,9 @@ pyproject.toml), so an upgrade that changes one fails there and not in a deploy:
 - ``current_op_hash``: the operation whose generator runs now (``Host.current_op_hash``);
 - ``checks_for_changes``: whether this run detects changes before executing (``--dry`` and
   the interactive run) or executes at once (``-y``) (``State.check_for_changes``);
+- ``fit_cli_tables``: the pyinfra CLI's "Detected changes" and "Results" tables fitted to
+  100 columns, and "no operations" instead of an empty table (``pyinfra_cli.prints.print_rows``,
+  which both call; pyinfra 3.10 has no option for their width);
 - ``deploy``: pyinfra's ``@deploy``, typed as the function it wraps. pyinfra types a decorated
   deploy or operation as ``PyinfraOperation``, whose ``__call__`` puts its global arguments
   (``_sudo``, ...) before the function's own, so a positional call (``site_tuning(profile)``)
@@ -28,7 +31,9 @@ pyproject.toml), so an upgrade that changes one fails there and not in a deploy:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import re
+import textwrap
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, TypeVar, cast
 
 from pyinfra import state as _state_proxy
@@ -42,6 +47,8 @@ __all__ = [
     "current_op_hash",
     "current_state",
     "deploy",
+    "fit_cli_tables",
+    "fitted_rows",
     "in_execute_stage",
     "inner_commands",
     "is_executing",
@@ -146,3 +153,75 @@ def run_store(attribute: str) -> dict[str, Any]:
         store = {}
         setattr(real, attribute, store)
     return store
+
+
+TERMINAL_WIDTH = 100
+LOG_INDENT = 4  # pyinfra's CLI indents every line that is not a "-->" header
+GAP = 2
+MIN_FIRST = 24
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+Row = tuple[Callable[[str], Any], "Sequence[str] | str"]
+
+
+def _visible(text: str) -> int:
+    return len(_ANSI.sub("", text))
+
+
+def _clip(text: str, width: int) -> str:
+    plain = _ANSI.sub("", text)
+    return plain if len(plain) <= width else plain[: width - 3] + "..."
+
+
+def fitted_rows(rows: Sequence[Row], width: int = TERMINAL_WIDTH - LOG_INDENT) -> list[Row]:
+    """pyinfra's table rows (header first; a str row passes as it is) as lines of at most
+    width columns: columns two spaces apart, no trailing padding, the first column (the
+    operation's name) wrapped onto lines of its own, indented by two, when the others leave it
+    too little room. A cell of the other columns wider than its share ("12 (host-a, host-b,
+    ...)") is cut with "...". A table whose only rows are its header (and pyinfra's "Grand
+    total") is one line: "no operations"."""
+    tables = [r for r in rows if not isinstance(r[1], str)]
+    data = [r for r in tables[1:] if r[1] and r[1][0] != "Grand total"]
+    if tables and not data:
+        return [(tables[0][0], "no operations")]
+    count = max((len(r[1]) for r in tables), default=0)
+    widths = [max((_visible(r[1][i]) for r in tables if i < len(r[1])), default=0)
+              for i in range(count)]
+    if count > 1:
+        share = max(8, (width - MIN_FIRST - GAP * (count - 1)) // (count - 1))
+        widths[1:] = [min(w, share) for w in widths[1:]]
+        widths[0] = max(min(widths[0], width - sum(widths[1:]) - GAP * (count - 1)), 8)
+    lines: list[Row] = []
+    for func, columns in rows:
+        if isinstance(columns, str):
+            lines.append((func, columns))
+            continue
+        first = columns[0] if columns else ""
+        wrapped = [first] if _visible(first) <= widths[0] else textwrap.wrap(
+            _ANSI.sub("", first), widths[0], subsequent_indent="  ", break_on_hyphens=False)
+        cells = [wrapped[0] + " " * (widths[0] - _visible(wrapped[0]))]
+        for i, cell in enumerate(columns[1:], start=1):
+            cell = cell if _visible(cell) <= widths[i] else _clip(cell, widths[i])
+            cells.append(cell + " " * (widths[i] - _visible(cell)))
+        lines.append((func, (" " * GAP).join(cells).rstrip()))
+        lines += [(func, more) for more in wrapped[1:]]
+    return lines
+
+
+def fit_cli_tables(width: int = TERMINAL_WIDTH) -> None:
+    """Print the pyinfra CLI's "Detected changes" and "Results" tables within width columns
+    (fitted_rows), from now on in this process. Nothing is dropped but the tail of an over-long
+    host list, which pyinfra itself cuts at 48 characters. Idempotent; does nothing without
+    the pyinfra CLI."""
+    try:
+        from pyinfra_cli import prints  # type: ignore[import-untyped]
+    except ImportError:  # pyinfra's API without its CLI
+        return
+    if getattr(prints.print_rows, "gpunode_width", None) == width:
+        return
+
+    def print_rows(rows: Sequence[Row]) -> None:
+        for func, line in fitted_rows(rows, width - LOG_INDENT):
+            func(cast(str, line))
+
+    print_rows.gpunode_width = width  # type: ignore[attr-defined]
+    prints.print_rows = print_rows

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.lab
 HOST = "deploy/host.py"
 ACS_OFF = {"GPUNODE_LAB_ACS_REDIRECT": "off"}
 STANDIN = "8086:10d3"
-ACS_OP = "Clear ACS redirect bits on the bridges above matched devices"
+ACS_OP = "Clear ACS redirect bits above matched devices"
 
 
 def _run(vm: LabVM, command: str) -> str:

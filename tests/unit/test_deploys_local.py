@@ -49,8 +49,8 @@ PINNED = {
 
 def test_site_plans_every_role(tmp_path):
     log = dry_run(tmp_path, "deploy/site.py", PINNED)
-    for operation in ("gpunode: host tuning", "Write /etc/sysctl.d/90-gpunode.conf",
-                      "Set governor performance", "gpunode: kernel cmdline and reboot",
+    for operation in ("gpunode: tuning", "Write /etc/sysctl.d/90-gpunode.conf",
+                      "Set governor performance", "gpunode: kernel",
                       "Verify the live node against the profile"):
         assert operation in log, operation
     # No NVIDIA package on this machine: reported, not changed (nvidia_driver_change false).
@@ -73,7 +73,7 @@ def test_site_refuses_to_pin_a_kernel_that_is_not_installed(tmp_path):
 
 def test_host_deploy_tunes_and_verifies_only(tmp_path):
     log = dry_run(tmp_path, "deploy/host.py", {})
-    assert "gpunode: host tuning" in log and "Verify the live node" in log
+    assert "gpunode: tuning" in log and "Verify the live node" in log
     assert "kernel cmdline" not in log
 
 

@@ -22,6 +22,7 @@ from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.facts.dpkg import InstalledPackages
 from gpunode.roles.facts.sections import fact_data
 from gpunode.roles.ops.apt import checked_apt_update
+from gpunode.roles.ops.changes import log_wrapped
 from gpunode.roles.profile.check import summary_lines
 from gpunode.roles.pyinfra_adapter import is_executing
 
@@ -62,7 +63,7 @@ def nvidia_userspace(version: str, packages: list[str], container: str = ""):
         if plan.refusal is not None:
             raise OperationError("\n".join([plan.refusal, *update_errors]))
         for error in update_errors:
-            logger.warning(error)
+            log_wrapped(logger.warning, error)
     yield install_command(packages, version)
 
 

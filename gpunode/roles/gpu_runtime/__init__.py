@@ -21,6 +21,7 @@ from gpunode.roles.facts.dpkg import InstalledPackages
 from gpunode.roles.facts.nvidia import NvidiaDriverVersion, NvidiaSmi
 from gpunode.roles.ops import nvidia
 from gpunode.roles.ops.apt import packages_present
+from gpunode.roles.ops.changes import log_wrapped
 from gpunode.roles.ops.services import unit_enabled_and_running
 from gpunode.roles.profile.loader import ProfileError
 from gpunode.roles.profile.node import NodeProfile
@@ -58,14 +59,14 @@ def gpu_runtime_problems(host_name: str, profile: NodeProfile) -> None:
         raise ProfileError("\n".join(f"{host_name}: gpunode.{p}" for p in problems))
 
 
-@deploy("gpunode: GPU runtime (persistence, power limits)")
+@deploy("gpunode: GPU runtime")
 def gpu_runtime(profile: NodeProfile) -> None:
     """Persistence and power limits; see the module docstring."""
     if not profile.gpu_persistence and profile.gpu_power_limit is None:
         return
     if not driver_present():
-        logger.info(f"{host.name}: GPU persistence/power limits: not applicable (no NVIDIA "
-                    "driver loaded, no nvidia-smi)")
+        log_wrapped(logger.info, f"{host.name}: GPU persistence/power limits: not applicable "
+                    "(no NVIDIA driver loaded, no nvidia-smi)")
         return
     if profile.gpu_persistence:
         packages_present(name="Install nvidia-persistenced", packages=[PERSISTENCED_PACKAGE])

@@ -25,6 +25,7 @@ from gpunode.roles.facts.pcie_refusals import REFUSED_DIR
 from gpunode.roles.facts.sections import as_models
 from gpunode.roles.ops import cpu, modules, pcie, sysctl
 from gpunode.roles.ops.apt import packages_present
+from gpunode.roles.ops.changes import log_wrapped
 from gpunode.roles.ops.files import template_file
 from gpunode.roles.ops.preflight import uninstallable
 from gpunode.roles.ops.services import unit_enabled_and_running
@@ -82,7 +83,6 @@ def power_limit_lines(setting: int | str | dict | None) -> list[tuple[int | None
     return [(None, str(setting))]
 
 
-@deploy("gpunode: sysctls")
 def tune_sysctls(profile: NodeProfile) -> None:
     best_effort = BEST_EFFORT_SYSCTLS & set(profile.sysctls)
     template_file(
@@ -94,7 +94,6 @@ def tune_sysctls(profile: NodeProfile) -> None:
     )
 
 
-@deploy("gpunode: kernel modules")
 def tune_modules(profile: NodeProfile) -> None:
     plan = modules.module_plan_for_host(profile.modules, profile.required_modules)
     template_file("modules-load/gpunode.conf.j2", MODULES_FILE, modules=plan.persist)
@@ -103,11 +102,10 @@ def tune_modules(profile: NodeProfile) -> None:
     )
 
 
-@deploy("gpunode: PCIe, C-states and CPU frequency")
 def tune_devices_and_cpu(profile: NodeProfile) -> None:
     unreadable = unreadable_note(as_models(PcieDevice, cached_fact(PcieDevices) or []))
     if unreadable:
-        logger.warning(f"{host.name}: {unreadable}")
+        log_wrapped(logger.warning, f"{host.name}: {unreadable}")
     pcie.max_read_request(
         name=f"Set PCIe MaxReadReq={profile.max_read_request} on matched devices",
         selector=profile.pcie_selector,
@@ -115,7 +113,7 @@ def tune_devices_and_cpu(profile: NodeProfile) -> None:
     )
     if profile.pcie_acs_redirect == "off":
         pcie.acs_redirect_off(
-            name="Clear ACS redirect bits on the bridges above matched devices",
+            name="Clear ACS redirect bits above matched devices",
             selector=profile.pcie_selector,
         )
     if profile.max_cstate is not None:
@@ -131,7 +129,8 @@ def tune_devices_and_cpu(profile: NodeProfile) -> None:
         unit_enabled_and_running(name=f"Enable {BOOT_UNIT} (re-applies at boot)",
                                  unit=BOOT_UNIT)
     else:
-        logger.warning(f"{host.name}: not booted with systemd; {BOOT_UNIT} written, not enabled")
+        log_wrapped(logger.warning,
+                    f"{host.name}: not booted with systemd; {BOOT_UNIT} written, not enabled")
 
 
 SYSTEMD_BOOTED_READ = FactRead(Directory, {"path": "/run/systemd/system"})
@@ -162,7 +161,6 @@ def host_tuning_reads(profile: NodeProfile) -> list[FactRead]:
     ]
 
 
-@deploy("gpunode: memlock")
 def tune_memlock(profile: NodeProfile) -> None:
     kib, systemd_value = memlock_values(profile.memlock)
     template_file("limits/90-gpunode-memlock.conf.j2", LIMITS_FILE, memlock_kib=kib)
@@ -174,7 +172,7 @@ def tune_memlock(profile: NodeProfile) -> None:
     )
 
 
-@deploy("gpunode: host tuning")
+@deploy("gpunode: tuning")
 def host_tuning(profile: NodeProfile) -> None:
     """All runtime settings with their persistence; see the module docstring."""
     packages_present(name="Install the tools gpunode reads and writes with", packages=PACKAGES)

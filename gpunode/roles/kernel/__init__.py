@@ -27,6 +27,7 @@ from gpunode.roles.facts.proxmox import (
 from gpunode.roles.facts.sections import as_model
 from gpunode.roles.ops import proxmox
 from gpunode.roles.ops.apt import apt_hold
+from gpunode.roles.ops.changes import log_wrapped
 from gpunode.roles.ops.cmdline import grub_dropin_note, kernel_cmdline, uses_systemd_boot
 from gpunode.roles.ops.cpu import cpu_cmdline_params
 from gpunode.roles.ops.reboot import reboot
@@ -144,12 +145,12 @@ def kernel_reads(profile: NodeProfile) -> list[FactRead]:
     return reads
 
 
-@deploy("gpunode: kernel cmdline and reboot")
+@deploy("gpunode: kernel")
 def kernel_boot(profile: NodeProfile) -> None:
     """Persist boot parameters; reboot if they are not live and the profile allows it."""
     plan = boot_plan(profile)
     for warning in plan.esp_warnings:
-        logger.warning(f"{host.name}: {warning}")
+        log_wrapped(logger.warning, f"{host.name}: {warning}")
     pin = kernel_pin_for_host(profile)
     if pin:
         apt_hold(name=f"Hold kernel {pin.version} packages", packages=pin.packages)
@@ -160,7 +161,7 @@ def kernel_boot(profile: NodeProfile) -> None:
     if state.grub_default_text is not None and not uses_systemd_boot(state, profile.bootloader):
         note = grub_dropin_note(state, grub_entry)
         if note:
-            logger.info(f"{host.name}: {note}")
+            log_wrapped(logger.info, f"{host.name}: {note}")
     if plan.params or grub_entry:
         kernel_cmdline(
             name="Persist kernel cmdline" + (" and default kernel" if grub_entry else ""),
@@ -177,5 +178,5 @@ def kernel_boot(profile: NodeProfile) -> None:
             reboot_timeout=profile.reboot_timeout,
         )
     elif reasons:
-        logger.warning(f"{host.name}: pending reboot ({'; '.join(reasons)}); "
-                       "set reboot: true in the profile to let gpunode reboot")
+        log_wrapped(logger.warning, f"{host.name}: pending reboot ({'; '.join(reasons)}); "
+                    "set reboot: true in the profile to let gpunode reboot")

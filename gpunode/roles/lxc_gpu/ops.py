@@ -40,7 +40,7 @@ from gpunode.roles.lxc_gpu.numa import GpuNuma
 from gpunode.roles.lxc_gpu.passthrough import DeviceNode
 from gpunode.roles.lxc_gpu.plan import new_container_lines, restart_reasons, take_over
 from gpunode.roles.lxc_gpu.takeover import Decision
-from gpunode.roles.ops.changes import report_change
+from gpunode.roles.ops.changes import log_wrapped, report_change
 from gpunode.roles.ops.files import sha1_text
 from gpunode.roles.ops.shell import argv, argv_text, script, script_text
 from gpunode.roles.profile.container import (
@@ -178,7 +178,7 @@ def container_config_lines(spec: ContainerSpec):
     refuse_if_locked(spec.vmid, text)
     legacy = pve_config.cgroup_v1_entries(pve_config.parse_pve_lxc_config(text))
     if legacy and not is_executing():
-        logger.warning(f"{host.name}: {cgroup_v1_warning(spec.vmid, legacy)}")
+        log_wrapped(logger.warning, f"{host.name}: {cgroup_v1_warning(spec.vmid, legacy)}")
     majors, devices = host_devices()
     result = take_over(text, spec, majors, devices, **_gpu_facts())
     new_text = pve_config.render(result.config)
@@ -304,5 +304,5 @@ def container_restarted(spec: ContainerSpec):
         f"Run `pct reboot {spec.vmid}` when its workload allows, or set restart_allowed: true"
     )
     if is_executing():
-        logger.warning(f"{host.name}: {message}")
+        log_wrapped(logger.warning, f"{host.name}: {message}")
     host.noop(message)

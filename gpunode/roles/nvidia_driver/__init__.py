@@ -36,6 +36,7 @@ from gpunode.roles.facts.pcie import PcieDevice, PcieDevices
 from gpunode.roles.facts.sections import as_model, as_models, fact_data
 from gpunode.roles.nvidia_driver.packages import driver_release_packages
 from gpunode.roles.ops.apt import apt_hold, apt_update
+from gpunode.roles.ops.changes import log_wrapped, report_change
 from gpunode.roles.ops.nvidia_pin import NVIDIA_PATTERNS, PREFERENCES_FILE, nvidia_pin
 from gpunode.roles.ops.shell import argv_text
 from gpunode.roles.profile.node import NodeProfile
@@ -120,7 +121,7 @@ def nvidia_driver_reads(profile: NodeProfile) -> list[FactRead]:
             FactRead(OwnedFiles, {"paths": [PREFERENCES_FILE]}), FactRead(AptHolds)]
 
 
-@deploy("gpunode: NVIDIA driver pin and module flavour")
+@deploy("gpunode: NVIDIA driver")
 def nvidia_driver(profile: NodeProfile) -> None:
     """Pin and hold the driver, check its module flavour; install only when allowed."""
     wanted, why, have = node_flavour_plan(profile)
@@ -130,19 +131,20 @@ def nvidia_driver(profile: NodeProfile) -> None:
             version = f"={profile.nvidia_driver}*" if profile.nvidia_driver else ""
             apt_hold(name="Release NVIDIA holds for the flavour change",
                      packages=sorted(set(packages)), held=False)
-            apt_update(name="apt-get update (rejected signatures named with their fix)")
+            apt_update(name="apt-get update")
+            report_change("NVIDIA kernel modules", have, wanted, where=f"apt: {' '.join(packages)}")
             server.shell(
-                name=f"Install the {wanted} NVIDIA kernel modules ({' '.join(packages)})",
+                name=f"Install the {wanted} NVIDIA kernel modules",
                 commands=["DEBIAN_FRONTEND=noninteractive "
                           + argv_text("apt-get", "install", "-y",
                                       *(f"{p}{version}" for p in packages))],
             )
         else:
-            logger.warning(f"{host.name}: NVIDIA kernel modules are {have}, {wanted} wanted "
-                           f"({why}); set nvidia_driver_change: true to install "
-                           f"{' '.join(packages)}")
+            log_wrapped(logger.warning, f"{host.name}: NVIDIA kernel modules are {have}, "
+                        f"{wanted} wanted ({why}); set nvidia_driver_change: true to install "
+                        f"{' '.join(packages)}")
     elif wanted is None and have is not None:
-        logger.warning(f"{host.name}: NVIDIA kernel modules: {why}")
+        log_wrapped(logger.warning, f"{host.name}: NVIDIA kernel modules: {why}")
     if profile.nvidia_driver is None:
         return
     plan = driver_plan(profile.nvidia_driver)
@@ -155,7 +157,7 @@ def nvidia_driver(profile: NodeProfile) -> None:
         packages = sorted(plan.installed) or packages_to_install(profile, wanted)
         nvidia_pin(plan.wanted)
         apt_hold(name="Release NVIDIA holds for the change", packages=packages, held=False)
-        apt_update(name="apt-get update (rejected signatures named with their fix)")
+        apt_update(name="apt-get update")
         server.shell(
             name=f"Install NVIDIA driver {plan.wanted}",
             commands=["DEBIAN_FRONTEND=noninteractive "
@@ -163,7 +165,8 @@ def nvidia_driver(profile: NodeProfile) -> None:
         )
         apt_hold(name=f"Hold NVIDIA driver {plan.wanted} packages", packages=packages)
     if mismatch:
-        logger.warning(f"{host.name}: {mismatch}; {mismatch_action(profile, plan, wanted)}")
+        log_wrapped(logger.warning,
+                    f"{host.name}: {mismatch}; {mismatch_action(profile, plan, wanted)}")
 
 
 def mismatch_action(profile: NodeProfile, plan: DriverPlan, wanted: Flavour | None) -> str:

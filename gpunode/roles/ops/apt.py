@@ -23,7 +23,7 @@ from gpunode.roles.facts.apt_sources import (
 from gpunode.roles.facts.cache import cached_fact, changes_fact
 from gpunode.roles.facts.dpkg import InstalledPackages
 from gpunode.roles.facts.sections import as_model, as_models
-from gpunode.roles.ops.changes import report_change
+from gpunode.roles.ops.changes import log_wrapped, report_change
 from gpunode.roles.ops.shell import argv, argv_text
 from gpunode.roles.pyinfra_adapter import is_executing
 
@@ -64,7 +64,7 @@ def checked_apt_update() -> Generator[Any, None, list[str]]:
     sources = as_models(AptSource, host.get_fact(AptSources)) if result.problems else []
     errors, warnings = update_messages(host.name, result, sources)
     for warning in warnings:
-        logger.warning(warning)
+        log_wrapped(logger.warning, warning)
     return errors
 
 

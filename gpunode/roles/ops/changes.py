@@ -12,6 +12,8 @@ unified diff (file_diff_lines()).
 
 from __future__ import annotations
 
+import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyinfra import host, logger
@@ -93,6 +95,19 @@ def _log(message: str) -> None:
         logger.info(f"{' ' * indent}  ({tail}")
         return
     logger.info(f"{prefix}{message}")
+
+
+def wrapped(text: str, width: int = WIDTH - 4) -> str:
+    """text in lines of at most width columns once pyinfra indents it by 4: one message (one
+    warning for pyinfra's count), the words past width on lines of their own, 2 further in."""
+    lines = textwrap.wrap(" ".join(text.split()), width, subsequent_indent="  ",
+                          break_on_hyphens=False, break_long_words=False) or [""]
+    return "\n".join([lines[0], *(f"    {line}" for line in lines[1:])])
+
+
+def log_wrapped(log: Callable[[str], object], text: str) -> None:
+    """Log text (a gpunode message that may be long) within WIDTH columns (wrapped())."""
+    log(wrapped(text))
 
 
 def diff_enabled() -> bool:

@@ -18,6 +18,7 @@ from pyinfra.context import ctx_host
 from gpunode.roles.facts.apt import AptCandidates
 from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.facts.dpkg import InstalledPackages
+from gpunode.roles.ops.changes import log_wrapped
 
 
 def uninstallable(packages: list[str]) -> list[str]:
@@ -40,7 +41,7 @@ def refuse_host(problems: list[str]) -> bool:
         return False
     current = ctx_host.get()
     for problem in problems:
-        logger.error(f"{current.print_prefix}refused before any change: {problem}")
+        log_wrapped(logger.error, f"{current.print_prefix}refused before any change: {problem}")
     # "No hosts remaining!" when it was the last: pyinfra still ends the run with exit 1.
     with contextlib.suppress(PyinfraError):
         state.fail_hosts({current})

@@ -31,6 +31,7 @@ from gpunode.roles.facts.owned import (
     written_path,
 )
 from gpunode.roles.facts.sections import as_model
+from gpunode.roles.ops.changes import log_wrapped
 from gpunode.roles.ops.services import unit_disabled
 from gpunode.roles.ops.state import recorded_state, state_forgotten, state_recorded
 from gpunode.roles.ops.sysctl import sysctl_values
@@ -113,8 +114,9 @@ def undo_node(targets: UndoTargets) -> None:
         holds_released(name="Release the apt holds gpunode added",
                        recorded_holds=recorded.holds, patterns=targets.hold_patterns)
     else:
-        logger.warning(f"{host.name}: no {STATE_DIR}/state.json (gpunode never applied here, "
-                       "or before it kept one): runtime values and holds left as they are")
+        log_wrapped(logger.warning, f"{host.name}: no {STATE_DIR}/state.json (gpunode never "
+                    "applied here, or before it kept one): runtime values and holds left as "
+                    "they are")
     for path, after in targets.owned_files.items():
         owned_file_removed(name=f"Put back {path}", dest=path, after=after)
     for path, refresh in targets.edited_files.items():
@@ -122,4 +124,5 @@ def undo_node(targets: UndoTargets) -> None:
     state_forgotten(name=f"Remove {STATE_DIR}")
     notes = reboot_notes(recorded, targets)
     if notes:
-        logger.warning(f"{host.name}: after undo, a reboot is needed: {'; '.join(notes)}")
+        log_wrapped(logger.warning, f"{host.name}: after undo, a reboot is needed: "
+                    f"{'; '.join(notes)}")
