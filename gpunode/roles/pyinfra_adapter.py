@@ -172,6 +172,37 @@ def _clip(text: str, width: int) -> str:
     return plain if len(plain) <= width else plain[: width - 3] + "..."
 
 
+def _is_empty(tables: Sequence[Row]) -> bool:
+    """Only a header (and pyinfra's "Grand total" row): no operation in the table."""
+    return not [r for r in tables[1:] if r[1] and r[1][0] != "Grand total"]
+
+
+def _widths(tables: Sequence[Row], width: int) -> list[int]:
+    """Each column's width: the widest cell; the others cut to their share when the first
+    would get less than MIN_FIRST, the first (the names) what is left."""
+    count = max(len(r[1]) for r in tables)
+    widths = [max((_visible(r[1][i]) for r in tables if i < len(r[1])), default=0)
+              for i in range(count)]
+    if count > 1:
+        share = max(8, (width - MIN_FIRST - GAP * (count - 1)) // (count - 1))
+        widths[1:] = [min(w, share) for w in widths[1:]]
+        widths[0] = max(min(widths[0], width - sum(widths[1:]) - GAP * (count - 1)), 8)
+    return widths
+
+
+def _row_lines(columns: Sequence[str], widths: list[int]) -> list[str]:
+    """One table row: its cells padded to the widths, the first one's overflow on lines of
+    its own (indented by 2)."""
+    first = columns[0] if columns else ""
+    wrapped = [first] if _visible(first) <= widths[0] else textwrap.wrap(
+        _ANSI.sub("", first), widths[0], subsequent_indent="  ", break_on_hyphens=False)
+    cells = [wrapped[0] + " " * (widths[0] - _visible(wrapped[0]))]
+    for cell, wide in zip(columns[1:], widths[1:], strict=False):
+        cell = cell if _visible(cell) <= wide else _clip(cell, wide)
+        cells.append(cell + " " * (wide - _visible(cell)))
+    return [(" " * GAP).join(cells).rstrip(), *wrapped[1:]]
+
+
 def fitted_rows(rows: Sequence[Row], width: int = TERMINAL_WIDTH - LOG_INDENT) -> list[Row]:
     """pyinfra's table rows (header first; a str row passes as it is) as lines of at most
     width columns: columns two spaces apart, no trailing padding, the first column (the
@@ -180,30 +211,13 @@ def fitted_rows(rows: Sequence[Row], width: int = TERMINAL_WIDTH - LOG_INDENT) -
     ...)") is cut with "...". A table whose only rows are its header (and pyinfra's "Grand
     total") is one line: "no operations"."""
     tables = [r for r in rows if not isinstance(r[1], str)]
-    data = [r for r in tables[1:] if r[1] and r[1][0] != "Grand total"]
-    if tables and not data:
+    if tables and _is_empty(tables):
         return [(tables[0][0], "no operations")]
-    count = max((len(r[1]) for r in tables), default=0)
-    widths = [max((_visible(r[1][i]) for r in tables if i < len(r[1])), default=0)
-              for i in range(count)]
-    if count > 1:
-        share = max(8, (width - MIN_FIRST - GAP * (count - 1)) // (count - 1))
-        widths[1:] = [min(w, share) for w in widths[1:]]
-        widths[0] = max(min(widths[0], width - sum(widths[1:]) - GAP * (count - 1)), 8)
+    widths = _widths(tables, width) if tables else []
     lines: list[Row] = []
     for func, columns in rows:
-        if isinstance(columns, str):
-            lines.append((func, columns))
-            continue
-        first = columns[0] if columns else ""
-        wrapped = [first] if _visible(first) <= widths[0] else textwrap.wrap(
-            _ANSI.sub("", first), widths[0], subsequent_indent="  ", break_on_hyphens=False)
-        cells = [wrapped[0] + " " * (widths[0] - _visible(wrapped[0]))]
-        for i, cell in enumerate(columns[1:], start=1):
-            cell = cell if _visible(cell) <= widths[i] else _clip(cell, widths[i])
-            cells.append(cell + " " * (widths[i] - _visible(cell)))
-        lines.append((func, (" " * GAP).join(cells).rstrip()))
-        lines += [(func, more) for more in wrapped[1:]]
+        texts = [columns] if isinstance(columns, str) else _row_lines(columns, widths)
+        lines += [(func, text) for text in texts]
     return lines
 
 

@@ -7,6 +7,7 @@ in the plan, and the refusals a host without Proxmox gets.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pyinfra
@@ -38,6 +39,24 @@ def dry_run(tmp_path: Path, deploy: str, data: dict, exit_code: int = 0) -> str:
     return log
 
 
+def planned(log: str) -> str:
+    """The operation names of the "Detected changes" table, one a line (a name the table
+    wrapped, its continuation lines indented by two, joined back)."""
+    names: list[str] = []
+    rows = table_rows(log).get("--> Detected changes:", [])[1:]
+    for row in rows:
+        if row.startswith("      "):
+            names[-1] += " " + row.strip()
+        else:
+            names.append(re.split(r"\s{2,}", row.strip())[0])
+    return "\n".join(names)
+
+
+def flat(log: str) -> str:
+    """The log with its lines joined: gpunode wraps its long messages at 100 columns."""
+    return " ".join(log.split())
+
+
 PINNED = {
     "gpunode": {
         "nvidia_driver": "550.127.05",
@@ -52,34 +71,34 @@ def test_site_plans_every_role(tmp_path):
     for operation in ("gpunode: tuning", "Write /etc/sysctl.d/90-gpunode.conf",
                       "Set governor performance", "gpunode: kernel",
                       "Verify the live node against the profile"):
-        assert operation in log, operation
+        assert operation in planned(log), operation
     # No NVIDIA package on this machine: reported, not changed (nvidia_driver_change false).
-    assert "NVIDIA driver 550.127.05 wanted" in log
-    assert "set nvidia_driver_change: true" in log
+    assert "NVIDIA driver 550.127.05 wanted" in flat(log)
+    assert "set nvidia_driver_change: true" in flat(log)
 
 
 def test_site_with_a_driver_change_installs_the_pinned_version(tmp_path):
     data = {"gpunode": {**PINNED["gpunode"], "nvidia_driver_change": True}}
     log = dry_run(tmp_path, "deploy/site.py", data)
-    assert "Install NVIDIA driver 550.127.05" in log
-    assert "Release NVIDIA holds for the change" in log
+    assert "Install NVIDIA driver 550.127.05" in planned(log)
+    assert "Release NVIDIA holds for the change" in planned(log)
 
 
 def test_site_refuses_to_pin_a_kernel_that_is_not_installed(tmp_path):
     data = {"gpunode": {"kernel_pin": "6.8.12-9-pve"}}
     log = dry_run(tmp_path, "deploy/site.py", data, exit_code=1)
-    assert "gpunode.kernel_pin: '6.8.12-9-pve' is not an installed kernel" in log
+    assert "gpunode.kernel_pin: '6.8.12-9-pve' is not an installed kernel" in flat(log)
 
 
 def test_host_deploy_tunes_and_verifies_only(tmp_path):
     log = dry_run(tmp_path, "deploy/host.py", {})
-    assert "gpunode: tuning" in log and "Verify the live node" in log
-    assert "kernel cmdline" not in log
+    assert "gpunode: tuning" in planned(log) and "Verify the live node" in planned(log)
+    assert "gpunode: kernel" not in planned(log)
 
 
 def test_containers_deploy_without_containers_does_nothing(tmp_path):
     log = dry_run(tmp_path, "deploy/containers.py", {})
-    assert "gpunode: GPU containers" not in log
+    assert "gpunode: GPU containers" not in planned(log)
 
 
 def test_audit_deploy_reports_this_machine(tmp_path):
@@ -99,12 +118,43 @@ def test_containers_deploy_inside_a_container_pins_installs_and_verifies(tmp_pat
                       "Install NVIDIA userspace 550.127.05 (no kernel module)",
                       "Hold NVIDIA userspace 550.127.05",
                       "Verify the container: GPUs, memlock, driver"):
-        assert operation in log, operation
+        assert operation in planned(log), operation
 
 
 def test_containers_deploy_refuses_containers_on_a_host_without_proxmox(tmp_path):
     spec = {"vmid": 110, "hostname": "llm-a", "gpus": [0],
             "ostemplate": "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"}
     log = dry_run(tmp_path, "deploy/containers.py", {"gpunode_containers": [spec]}, exit_code=1)
-    assert "@local is not a Proxmox VE host (no `pct` command)" in log
-    assert "nothing was changed" in log
+    assert "@local is not a Proxmox VE host (no `pct` command)" in flat(log)
+    assert "nothing was changed" in flat(log)
+
+
+def table_rows(log: str) -> dict[str, list[str]]:
+    """The rows of each table pyinfra printed ("--> Detected changes:", "--> Results:")."""
+    tables: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in log.splitlines():
+        if line.startswith("-->"):
+            table = line.endswith(("changes:", "Results:"))
+            current = tables.setdefault(line, []) if table else None
+        elif current is not None and line.strip():
+            current.append(line)
+        else:
+            current = None
+    return tables
+
+
+@pytest.mark.parametrize("deploy", ["deploy/site.py", "deploy/host.py", "deploy/undo.py",
+                                    "deploy/audit.py", "deploy/containers.py"])
+def test_every_deploy_prints_within_100_columns_and_no_empty_table(tmp_path, deploy):
+    """Issues #14/#17: the real CLI's output, every line at most 100 columns; every table
+    holds operations or says "no operations"."""
+    data = PINNED if deploy != "deploy/audit.py" else {"report": "none"}
+    log = dry_run(tmp_path, deploy, data)
+    wide = [line for line in log.splitlines() if len(line) > 100]
+    assert not wide, "\n".join(wide)
+    tables = table_rows(log)
+    assert "--> Detected changes:" in tables, log
+    for rows in tables.values():
+        assert rows and (rows[0].split()[0] == "Operation" and len(rows) > 1
+                         or rows[0].strip() == "no operations"), log

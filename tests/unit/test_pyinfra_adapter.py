@@ -172,3 +172,96 @@ def test_deploy_is_pyinfras_deploy(local):
         add_deploy(state, role, "hi")
     (op_hash,) = state.get_op_order()
     assert state.get_op_meta(op_hash).names == {"gpunode: test | Say hi"}
+
+
+LONG = ("gpunode: tuning | PCIe, C-states and CPU frequency | Write "
+        "/etc/systemd/system.conf.d/90-gpunode-memlock.conf with a name past the table")
+
+
+def rows(*data: list[str], total: bool = False) -> list:
+    header = (print, ["Operation", "Hosts", "Success", "Error", "No Change"])
+    body = [(print, list(cells)) for cells in data]
+    return [header, *body, *([(print, ["Grand total", "1", "-", "-", "1"])] if total else [])]
+
+
+def test_fitted_rows_wrap_the_name_and_keep_every_word():
+    lines = [line for _, line in adapter.fitted_rows(rows([LONG, "1", "1", "-", "-"]), 96)]
+    assert max(len(line) for line in lines) <= 96
+    assert lines[0].split() == ["Operation", "Hosts", "Success", "Error", "No", "Change"]
+    assert lines[2].startswith("  ") and not any(line != line.rstrip() for line in lines)
+    assert " ".join(" ".join(lines[1:]).split()).startswith(" ".join(LONG.split()[:3]))
+    assert all(word in " ".join(lines) for word in LONG.split())
+
+
+def test_fitted_rows_cut_an_over_long_host_list_but_keep_its_count():
+    hosts = "256 (" + ", ".join(f"gpu-node-{i:03}" for i in range(4)) + ")"
+    table = [(print, ["Operation", "Change", "Conditional Change"]),
+             (print, ["Set sysctl values now", hosts, hosts])]
+    lines = [line for _, line in adapter.fitted_rows(table, 96)]
+    assert max(len(line) for line in lines) <= 96
+    assert "Set sysctl values now" in lines[1] and lines[1].count("256 (gpu-node-000") == 2
+
+
+def test_fitted_rows_print_an_empty_table_as_one_line():
+    assert [line for _, line in adapter.fitted_rows(rows(total=True))] == ["no operations"]
+    assert [line for _, line in adapter.fitted_rows(rows())] == ["no operations"]
+    assert [line for _, line in adapter.fitted_rows([(print, "text")])] == ["text"]
+
+
+def test_pyinfra_prints_its_tables_through_print_rows():
+    """What fit_cli_tables replaces: both tables go through the module's print_rows."""
+    from pyinfra_cli import cli as pyinfra_cli_main
+    from pyinfra_cli import prints
+
+    for table in (prints.print_meta, prints.print_results):
+        assert "print_rows" in table.__code__.co_names
+        assert table.__globals__ is vars(prints)
+    assert pyinfra_cli_main.print_meta is prints.print_meta
+    assert pyinfra_cli_main.print_results is prints.print_results
+
+
+NAME = "gpunode: tuning | Write /etc/systemd/system.conf.d/90-gpunode-memlock.conf"  # 74
+DEPLOY = '''
+from pyinfra.operations import server
+from gpunode.roles.pyinfra_adapter import fit_cli_tables
+
+fit_cli_tables()
+{ops}
+'''
+
+
+@pytest.mark.parametrize("args", [["--dry"], ["-y"], []])
+@pytest.mark.parametrize("with_ops", [True, False])
+def test_the_real_cli_prints_fitted_tables(tmp_path, monkeypatch, args, with_ops):
+    """The pyinfra CLI on @local: "Detected changes" (--dry, interactive) and "Results" (-y,
+    interactive) within 100 columns with an operation name too long for one table line (it
+    fits the "--> Starting operation: NAME" line), "no operations" without an operation."""
+    import pyinfra
+    from click.testing import CliRunner
+    from pyinfra.context import ctx_config, ctx_inventory
+    from pyinfra_cli.cli import cli
+
+    deploy_file = tmp_path / "deploy.py"
+    ops = f"server.shell(name={NAME!r}, commands=['true'])" if with_ops else ""
+    deploy_file.write_text(DEPLOY.format(ops=ops))
+    monkeypatch.setattr(pyinfra, "is_cli", True)
+    handlers = list(pyinfra.logger.handlers)  # each in-process run adds the CLI's log handler
+    pyinfra.logger.handlers[:] = []
+    try:
+        result = CliRunner().invoke(cli, ["@local", str(deploy_file), *args], input="\n")
+    finally:
+        pyinfra.logger.handlers[:] = handlers
+        for context in (ctx_state, ctx_host, ctx_inventory, ctx_config):
+            context.reset()
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 100, result.output
+    tables = [i for i, line in enumerate(lines) if line.startswith(("--> Detected", "--> Results"))]
+    assert len(tables) == {"--dry": 1, "-y": 1}.get(args[0] if args else "", 2), result.output
+    for i in tables:
+        if with_ops:
+            assert lines[i + 1].split()[0] == "Operation"
+            assert lines[i + 2].startswith(f"    {NAME.split()[0]}")
+            assert lines[i + 3].startswith("      ") and NAME.split()[-1] in lines[i + 3]
+        else:
+            assert lines[i + 1].strip() == "no operations", result.output

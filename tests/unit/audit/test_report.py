@@ -158,3 +158,24 @@ def test_active_mode_option_refused(active, timeout):
     from gpunode.roles.audit.report import active_timeout
     with pytest.raises(ValueError):
         active_timeout(active, timeout)
+
+
+def _section(text: str, heading: str) -> list[str]:
+    lines = text.splitlines()
+    start = lines.index(heading) + 2  # the heading, then the table's header
+    end = next((i for i in range(start, len(lines)) if not lines[i].startswith("  ")), len(lines))
+    return lines[start:end]
+
+
+def test_a_check_that_failed_never_shows_under_confirmed_good(bad):
+    """Issue #17: every row under "Confirmed good" is a check whose status is ok (IOMMU off, a
+    P0, a P1, a P2, a limit or a check that could not be read belong elsewhere)."""
+    off = Check(name="IOMMU mode", status="n/a", live="off: 0 IOMMU groups", kind="IOMMU mode")
+    checks = [*bad, off]
+    text = render_table("gpu07", checks)
+    good_rows = _section(text, "Confirmed good")
+    ok_names = {c.name for c in fold_ok([c for c in checks if c.status == "ok"])}
+    assert good_rows and all(any(row[2:].startswith(name) for name in ok_names)
+                             for row in good_rows if not row.startswith("    ")), good_rows
+    not_ok = [c.name for c in checks if c.status != "ok"]
+    assert not [row for row in good_rows for name in not_ok if row[2:].startswith(name + " ")]
