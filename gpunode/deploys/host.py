@@ -5,7 +5,12 @@ from pyinfra import host, state
 
 from gpunode.roles.audit.verify import verify_node, verify_prefetch
 from gpunode.roles.facts.cache import prefetch
-from gpunode.roles.gpu_runtime import gpu_runtime, gpu_runtime_problems, gpu_runtime_reads
+from gpunode.roles.gpu_runtime import (
+    PERSISTENCED_UNIT,
+    gpu_runtime,
+    gpu_runtime_problems,
+    gpu_runtime_reads,
+)
 from gpunode.roles.host_tuning import (
     BOOT_UNIT,
     host_tuning,
@@ -23,7 +28,7 @@ def host_tuning_only() -> None:
     power limits; then verify."""
     fit_cli_tables()  # pyinfra's tables within 100 columns
     profile = profiles_of_run(state.inventory)[host.name]
-    record = (sorted(profile.sysctls), profile.modules, BOOT_UNIT)
+    record = (sorted(profile.sysctls), profile.modules, BOOT_UNIT, [PERSISTENCED_UNIT])
     prefetch([*record_reads(*record), *host_tuning_reads(profile), *gpu_runtime_reads(profile),
               *verify_prefetch(profile)])
     gpu_runtime_problems(host.name, profile)  # refuses before any change

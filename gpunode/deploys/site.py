@@ -9,7 +9,12 @@ from pyinfra import host, state
 
 from gpunode.roles.audit.verify import verify_node, verify_prefetch
 from gpunode.roles.facts.cache import prefetch
-from gpunode.roles.gpu_runtime import gpu_runtime, gpu_runtime_problems, gpu_runtime_reads
+from gpunode.roles.gpu_runtime import (
+    PERSISTENCED_UNIT,
+    gpu_runtime,
+    gpu_runtime_problems,
+    gpu_runtime_reads,
+)
 from gpunode.roles.host_tuning import (
     BOOT_UNIT,
     host_tuning,
@@ -30,7 +35,7 @@ def site() -> None:
     kernel cmdline and pin (reboot if allowed), verify."""
     fit_cli_tables()  # pyinfra's tables within 100 columns
     profile = profiles_of_run(state.inventory)[host.name]
-    record = (sorted(profile.sysctls), profile.modules, BOOT_UNIT)
+    record = (sorted(profile.sysctls), profile.modules, BOOT_UNIT, [PERSISTENCED_UNIT])
     prefetch([*record_reads(*record), *host_tuning_reads(profile), *gpu_runtime_reads(profile),
               *nvidia_driver_reads(profile), *kernel_reads(profile), *verify_prefetch(profile),
               *verify_timer_reads(profile)])
@@ -42,8 +47,7 @@ def site() -> None:
     host_tuning(profile)
     gpu_runtime(profile)
     nvidia_driver(profile)
-    if profile.verify_timer:
-        pin = kernel_pin_for_host(profile)
-        verify_timer(profile, kernel_pin=pin.version if pin else None)
+    pin = kernel_pin_for_host(profile) if profile.verify_timer else None
+    verify_timer(profile, kernel_pin=pin.version if pin else None)  # off: taken off if there
     kernel_boot(profile)
     verify_node(name="Verify the live node against the profile", profile=profile)

@@ -6,15 +6,18 @@
 Removes the files gpunode owns (or puts back what was there), puts /etc/default/grub and
 /etc/kernel/cmdline back from the originals the first change kept (or takes out only
 gpunode's parameters where you changed the file since), puts back the sysctl values recorded
-before the first apply, releases the holds gpunode added, disables and removes the boot unit,
-then removes /var/lib/gpunode. It reports what needs a reboot. Containers: not handled here
-(their GPU lines stay; deploy/containers.py owns them).
+before the first apply, releases the holds gpunode added, disables and removes the boot unit
+and the verify timer (its script, units, metrics file, and the metrics folder when gpunode
+made it), disables nvidia-persistenced when gpunode enabled it, then removes /var/lib/gpunode.
+It reports what needs a reboot. Containers: not handled here (their GPU lines stay;
+deploy/containers.py owns them).
 """
 
 from pyinfra import host, state
 
 from gpunode.roles.facts.cache import prefetch
 from gpunode.roles.facts.cmdline import GPUNODE_GRUB_DROPIN
+from gpunode.roles.gpu_runtime import PERSISTENCED_UNIT
 from gpunode.roles.host_tuning import BOOT_UNIT, BOOT_UNIT_FILE, OWNED_FILES, SYSTEMD_MEMLOCK_FILE
 from gpunode.roles.nvidia_driver import NVIDIA_PATTERNS, PREFERENCES_FILE
 from gpunode.roles.ops.state import recorded_state
@@ -23,9 +26,13 @@ from gpunode.roles.profile.node import NodeProfile
 from gpunode.roles.profile.sysctls import BEST_EFFORT_SYSCTLS
 from gpunode.roles.pyinfra_adapter import fit_cli_tables
 from gpunode.roles.undo import UndoTargets, undo_node, undo_reads
+from gpunode.roles.verify_timer import METRICS_FILE_NAME, UNIT_DIR, VERIFY_TIMER
+from gpunode.roles.verify_timer import OWNED_FILES as VERIFY_FILES
 
-AFTER = {BOOT_UNIT_FILE: "systemctl daemon-reload", SYSTEMD_MEMLOCK_FILE: "systemctl daemon-reexec",
-         GPUNODE_GRUB_DROPIN: "update-grub"}
+RELOAD = "systemctl daemon-reload"
+AFTER = {BOOT_UNIT_FILE: RELOAD, SYSTEMD_MEMLOCK_FILE: "systemctl daemon-reexec",
+         GPUNODE_GRUB_DROPIN: "update-grub",
+         **{path: RELOAD for path in VERIFY_FILES if path.startswith(UNIT_DIR)}}
 KERNEL_HOLD_PATTERNS = ["linux-image-*", "proxmox-kernel-*", "pve-kernel-*"]
 EDITED = {"/etc/default/grub": "update-grub", "/etc/kernel/cmdline": "proxmox-boot-tool refresh"}
 
@@ -33,10 +40,15 @@ EDITED = {"/etc/default/grub": "update-grub", "/etc/kernel/cmdline": "proxmox-bo
 def undo_targets(profile: NodeProfile) -> UndoTargets:
     """What gpunode puts on a node with this profile."""
     return UndoTargets(
-        owned_files={path: AFTER.get(path)
-                     for path in (*OWNED_FILES, PREFERENCES_FILE, GPUNODE_GRUB_DROPIN)},
+        owned_files={path: AFTER.get(path) for path in (*OWNED_FILES, PREFERENCES_FILE,
+                                                        GPUNODE_GRUB_DROPIN, *VERIFY_FILES)},
         edited_files=EDITED,
         unit=BOOT_UNIT,
+        timers=[VERIFY_TIMER],
+        foreign_units=[PERSISTENCED_UNIT],
+        created_files=[f"{profile.metrics_dir}/{METRICS_FILE_NAME}"],
+        created_folders={profile.metrics_dir: [METRICS_FILE_NAME]},
+        gpu_runtime=profile.gpu_persistence or profile.gpu_power_limit is not None,
         hold_patterns=[*KERNEL_HOLD_PATTERNS, *NVIDIA_PATTERNS],
         modules=sorted(m.replace("-", "_") for m in profile.modules),
         best_effort_sysctls=BEST_EFFORT_SYSCTLS,

@@ -120,6 +120,9 @@ class NodeState(FactModel):
     holds: list[str] = []
     boot_unit_enabled: bool = False
     cmdline: list[str] = []
+    # Units gpunode enables but does not own (nvidia-persistenced): enabled before? None when
+    # recorded by a gpunode that did not keep it.
+    units_enabled: dict[str, bool] | None = None
 
 
 class RecordedState(FactBase):
@@ -159,5 +162,41 @@ class KeptOriginals(FactBase):
             if path:
                 kept[path] = None if kind == "none" else kind
         return kept
+
+    answers = OwnedFiles.answers
+
+
+def ancestors(path: str) -> list[str]:
+    """path and each folder above it, nearest first, without '/'."""
+    out = []
+    while path not in ("", "/"):
+        out.append(path)
+        path = path.rsplit("/", 1)[0]
+    return out
+
+
+class DirEntries(FactBase):
+    """For each path: the names in that folder (hidden ones too), or None when it is not one."""
+
+    def command(self, paths: list[str]) -> str:
+        parts = []
+        for path in paths:
+            q = shlex.quote(path)
+            parts.append(
+                f"if [ -d {q} ]; then printf '%s\\t.\\n' {q}; for e in {q}/* {q}/.[!.]* {q}/..?*; "
+                f"do if [ -e \"$e\" ] || [ -L \"$e\" ]; then printf '%s\\t%s\\n' {q} "
+                f"\"${{e##*/}}\"; fi; done; fi"
+            )
+        return "; ".join(parts) or "true"
+
+    def process(self, output: list[str]) -> dict[str, list[str]]:
+        entries: dict[str, list[str]] = {}
+        for line in output:
+            path, sep, name = line.partition("\t")
+            if sep:
+                entries.setdefault(path, [])
+                if name != ".":  # '.': the folder itself (a line can't end in a tab)
+                    entries[path].append(name)
+        return entries
 
     answers = OwnedFiles.answers

@@ -164,11 +164,23 @@ def template_file(
     )
 
 
+def mark_created_command(path: str) -> StringCommand:
+    """Mark the topmost folder `mkdir -p path` is about to create as absent before gpunode
+    (originals/<folder>.absent), so undo can take it away again."""
+    marker = shlex.quote(original_path("")) + '"$top"' + shlex.quote(ABSENT_SUFFIX)
+    return StringCommand(
+        f"d={shlex.quote(path)}; top=; while [ ! -e \"$d\" ]; do top=$d; d=$(dirname \"$d\"); "
+        f"done; if [ -n \"$top\" ]; then m={marker}; mkdir -p \"$(dirname \"$m\")\" && "
+        f": > \"$m\"; fi"
+    )
+
+
 @operation()
 def directory_present(path: str, mode: str = "755"):
     """
     Make sure a directory exists (created with mode when missing; an existing one is left as
-    it is). Read through the fact cache: a present directory costs no read of its own.
+    it is, and a created one is marked for undo). Read through the fact cache: a present
+    directory costs no read of its own.
 
     + path: remote directory
     + mode: octal mode for a directory created here
@@ -176,6 +188,8 @@ def directory_present(path: str, mode: str = "755"):
     if cached_fact(Directory, path=path):
         host.noop(f"{path} exists")
         return
+    report_change(path, "(absent)", "created", where=f"mode {mode}")
     changes_fact(Directory, path=path)
     quoted = shlex.quote(path)
-    yield StringCommand(f"mkdir -p {quoted} && chmod {mode} {quoted}")
+    yield joined_command(mark_created_command(path),
+                         StringCommand(f"mkdir -p {quoted} && chmod {mode} {quoted}"))

@@ -23,20 +23,27 @@ from gpunode.roles.ops.changes import report_change
 from gpunode.roles.ops.services import systemd_booted
 
 
-def node_state(sysctl_keys: list[str], modules: list[str], unit: str) -> NodeState:
+def unit_enabled(unit: str) -> bool:
+    """The unit is enabled (cached SystemdEnabled; False without systemd)."""
+    if not systemd_booted():
+        return False
+    return bool((fact_data(cached_fact(SystemdEnabled, services=[unit])) or {}).get(unit))
+
+
+def node_state(sysctl_keys: list[str], modules: list[str], unit: str,
+               units: list[str] | None = None) -> NodeState:
     """What the node is like now, from the cached facts."""
     params = as_model(KernelParamsState, cached_fact(KernelParams, sysctl_keys=sysctl_keys,
                                                      modules=modules))
-    enabled = (fact_data(cached_fact(SystemdEnabled, services=[unit])) or {}
-               if systemd_booted() else {})
     return NodeState(
         recorded=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
         sysctls=dict(sorted(params.sysctls.items())),
         modules_loaded=sorted(m.replace("-", "_") for m in modules
                               if m.replace("-", "_") in params.loaded_modules),
         holds=sorted(fact_data(cached_fact(AptHolds)) or []),
-        boot_unit_enabled=bool(enabled.get(unit, False)),
+        boot_unit_enabled=unit_enabled(unit),
         cmdline=as_model(CmdlineState, cached_fact(KernelCmdline)).booted,
+        units_enabled={u: unit_enabled(u) for u in units or []},
     )
 
 
@@ -46,7 +53,8 @@ def recorded_state() -> NodeState | None:
 
 
 @operation()
-def state_recorded(sysctl_keys: list[str], modules: list[str], unit: str):
+def state_recorded(sysctl_keys: list[str], modules: list[str], unit: str,
+                   units: list[str] | None = None):
     """
     Record the node's runtime values in /var/lib/gpunode/state.json, once (before the first
     change gpunode makes; later runs keep that record).
@@ -54,12 +62,13 @@ def state_recorded(sysctl_keys: list[str], modules: list[str], unit: str):
     + sysctl_keys: the sysctls gpunode sets
     + modules: the modules gpunode loads
     + unit: gpunode's boot unit
+    + units: units gpunode enables but does not own (nvidia-persistenced)
     """
     recorded = recorded_state()
     if recorded is not None:
         host.noop(f"{STATE_FILE} recorded {recorded.recorded}")
         return
-    state = node_state(sorted(sysctl_keys), sorted(modules), unit)
+    state = node_state(sorted(sysctl_keys), sorted(modules), unit, units)
     report_change(STATE_FILE, "(absent)",
                   f"{len(state.sysctls)} sysctls, {len(state.modules_loaded)} modules loaded, "
                   f"{len(state.holds)} holds", where="what undo restores")

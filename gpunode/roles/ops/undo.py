@@ -28,9 +28,11 @@ from gpunode.roles.facts.cmdline import (
     token_key,
 )
 from gpunode.roles.facts.owned import (
+    DirEntries,
     FileState,
     KeptOriginals,
     OwnedFiles,
+    ancestors,
     file_state,
     original_path,
     written_path,
@@ -176,3 +178,56 @@ def holds_released(recorded_holds: list[str], patterns: list[str]):
     for package in release:
         report_change(f"apt-mark {package}", "held", "not held")
     yield StringCommand("apt-mark", "unhold", *release)
+
+
+def created_chain(path: str, kept: dict[str, str | None]) -> list[str]:
+    """path and its folders up to the topmost one gpunode created (kept 'absent'), nearest
+    first; [] when gpunode created none of them."""
+    chain = ancestors(path)
+    tops = [i for i, folder in enumerate(chain) if kept.get(folder) == "absent"]
+    return chain[:tops[-1] + 1] if tops else []
+
+
+def removable_folders(chain: list[str], listing: dict[str, list[str]],
+                      gone: list[str]) -> tuple[list[str], str | None]:
+    """The folders of chain (nearest first) that are empty once `gone` (names in the nearest
+    one) and the folders before them are removed; and the first folder that holds more."""
+    removable: list[str] = []
+    allowed = set(gone)
+    for folder in chain:
+        if folder not in listing:  # already absent
+            allowed = {folder.rsplit("/", 1)[1]}
+            continue
+        if not set(listing[folder]) <= allowed:
+            return removable, folder
+        removable.append(folder)
+        allowed = {folder.rsplit("/", 1)[1]}
+    return removable, None
+
+
+@operation()
+def created_folder_removed(path: str, gone: list[str] | None = None):
+    """
+    Remove a folder gpunode created (directory_present marked the topmost one it made), and
+    the created folders above it, each only when empty: a folder holding anything of yours
+    stays, and the line says so.
+
+    + path: the folder
+    + gone: names in it that an earlier operation of the run removes (gpunode.prom)
+    """
+    chain = created_chain(path, fact_data(cached_fact(KeptOriginals,
+                                                      paths=ancestors(path))) or {})
+    if not chain:
+        host.noop(f"gpunode created no folder of {path}")
+        return
+    listing = fact_data(cached_fact(DirEntries, paths=chain)) or {}
+    removable, kept = removable_folders(chain, listing, list(gone or []))
+    if not removable:
+        if kept is None:
+            host.noop(f"{chain[-1]} absent")
+        else:
+            host.noop(f"{kept} holds files gpunode did not write")
+        return
+    left = f"; {kept} holds other files: left" if kept else ""
+    report_change(removable[-1], "present", "(removed)", where=f"gpunode created it{left}")
+    yield StringCommand("rmdir", *removable)

@@ -2,11 +2,14 @@
 
 Before its first change, an apply records the node's runtime values in
 /var/lib/gpunode/state.json (record_state). Undo (undo_node) then, in this order: stops and
-disables the boot unit; puts back the recorded sysctl values at runtime; releases the apt holds
-gpunode added; puts each owned file back to its original or removes it; puts each edited
-bootloader file back (or takes out only gpunode's parameters, when it was changed since) and
-refreshes the bootloader; and last removes /var/lib/gpunode. Each step is a no-op on a node
-already back, so a second undo changes nothing. What only a reboot undoes is reported.
+disables the verify timer and the boot unit; puts back the recorded sysctl values at runtime;
+releases the apt holds gpunode added; disables the units gpunode enabled that were disabled
+before (nvidia-persistenced); puts each owned file back to its original or removes it; removes
+what gpunode's units wrote (the metrics file) and the folders gpunode created, when empty;
+puts each edited bootloader file back (or takes out only gpunode's parameters, when it was
+changed since) and refreshes the bootloader; and last removes /var/lib/gpunode. Each step is a
+no-op on a node already back, so a second undo changes nothing. What only a reboot undoes is
+reported.
 """
 
 from __future__ import annotations
@@ -21,12 +24,15 @@ from gpunode.roles.facts.bundle import FactRead
 from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.facts.cmdline import CmdlineState, KernelCmdline
 from gpunode.roles.facts.kernel_params import KernelParams, KernelParamsState
+from gpunode.roles.facts.nvidia import NvidiaDriverVersion
 from gpunode.roles.facts.owned import (
     STATE_DIR,
+    DirEntries,
     KeptOriginals,
     NodeState,
     OwnedFiles,
     RecordedState,
+    ancestors,
     original_path,
     written_path,
 )
@@ -35,7 +41,12 @@ from gpunode.roles.ops.changes import log_wrapped
 from gpunode.roles.ops.services import unit_disabled
 from gpunode.roles.ops.state import recorded_state, state_forgotten, state_recorded
 from gpunode.roles.ops.sysctl import sysctl_values
-from gpunode.roles.ops.undo import edited_file_restored, holds_released, owned_file_removed
+from gpunode.roles.ops.undo import (
+    created_folder_removed,
+    edited_file_restored,
+    holds_released,
+    owned_file_removed,
+)
 from gpunode.roles.pyinfra_adapter import deploy
 
 
@@ -50,20 +61,28 @@ class UndoTargets(BaseModel):
     hold_patterns: list[str]
     modules: list[str] = []
     best_effort_sysctls: frozenset[str] = frozenset()
+    timers: list[str] = []  # stopped and disabled first (gpunode-verify.timer)
+    foreign_units: list[str] = []  # enabled by gpunode, not its own: disabled if they were
+    created_files: list[str] = []  # written by gpunode's units (the metrics file): removed
+    created_folders: dict[str, list[str]] = {}  # folder -> its created_files names
+    gpu_runtime: bool = False  # the profile sets GPU persistence or power limits
 
 
-def record_reads(sysctl_keys: list[str], modules: list[str], unit: str) -> list[FactRead]:
+def record_reads(sysctl_keys: list[str], modules: list[str], unit: str,
+                 units: list[str] | None = None) -> list[FactRead]:
     """The facts record_state reads (for prefetch)."""
     return [FactRead(RecordedState), FactRead(AptHolds), FactRead(KernelCmdline),
             FactRead(KernelParams, {"sysctl_keys": sorted(sysctl_keys),
                                     "modules": sorted(modules)}),
-            FactRead(SystemdEnabled, {"services": [unit]})]
+            *(FactRead(SystemdEnabled, {"services": [u]}) for u in [unit, *(units or [])])]
 
 
-def record_state(sysctl_keys: list[str], modules: list[str], unit: str) -> None:
-    """Record the node's runtime values once, before gpunode's first change."""
+def record_state(sysctl_keys: list[str], modules: list[str], unit: str,
+                 units: list[str] | None = None) -> None:
+    """Record the node's runtime values once, before gpunode's first change (units: those
+    gpunode enables but does not own, whose enabled state undo puts back)."""
     state_recorded(name="Record the node's state before gpunode's first change",
-                   sysctl_keys=sysctl_keys, modules=modules, unit=unit)
+                   sysctl_keys=sysctl_keys, modules=modules, unit=unit, units=units or [])
 
 
 def undo_reads(targets: UndoTargets) -> list[FactRead]:
@@ -78,6 +97,17 @@ def undo_reads(targets: UndoTargets) -> list[FactRead]:
     reads += [FactRead(OwnedFiles, {"paths": [p, original_path(p)]}) for p in owned]
     reads += [FactRead(OwnedFiles, {"paths": [p, original_path(p), written_path(p)]})
               for p in edited]
+    units = [*targets.timers, *targets.foreign_units]
+    reads += [FactRead(fact, {"services": [u]}) for u in units
+              for fact in (SystemdStatus, SystemdEnabled)]
+    created = targets.created_files
+    reads += [FactRead(OwnedFiles, {"paths": [*created, *(original_path(p) for p in created)]}),
+              FactRead(KeptOriginals, {"paths": created})]
+    for folder in targets.created_folders:
+        reads += [FactRead(KeptOriginals, {"paths": ancestors(folder)}),
+                  FactRead(DirEntries, {"paths": ancestors(folder)})]
+    if targets.gpu_runtime:
+        reads.append(FactRead(NvidiaDriverVersion))
     return reads
 
 
@@ -99,26 +129,46 @@ def reboot_notes(recorded: NodeState | None, targets: UndoTargets) -> list[str]:
         notes.append(f"modules gpunode loaded stay loaded: {' '.join(loaded)}")
     notes.append(f"device and CPU values {targets.unit} set (MaxReadReq, C-states, governor) "
                  "stay until the next boot")
+    if targets.gpu_runtime and cached_fact(NvidiaDriverVersion):
+        notes.append("GPU persistence mode and power limits stay until the driver reloads")
     return notes
+
+
+def foreign_units_restored(recorded: NodeState, units: list[str]) -> None:
+    """Disable the units gpunode enabled that were disabled before its first apply; leave
+    those it has no record of (recorded by an older gpunode), and say so."""
+    for unit in units:
+        before = (recorded.units_enabled or {}).get(unit)
+        if before is False:
+            unit_disabled(name=f"Stop and disable {unit} (disabled before gpunode)", unit=unit)
+        elif before is None:
+            logger.warning(f"{host.name}: no record of {unit} before gpunode: left as it is")
 
 
 @deploy("gpunode: undo")
 def undo_node(targets: UndoTargets) -> None:
     """Put the node back as gpunode found it (see the module docstring)."""
     recorded = recorded_state()
-    unit_disabled(name=f"Stop and disable {targets.unit}", unit=targets.unit)
+    for unit in [*targets.timers, targets.unit]:
+        unit_disabled(name=f"Stop and disable {unit}", unit=unit)
     if recorded is not None:
         sysctl_values(name="Put back the sysctl values recorded before the first apply",
                       values=recorded.sysctls,
                       best_effort=frozenset(targets.best_effort_sysctls & set(recorded.sysctls)))
         holds_released(name="Release the apt holds gpunode added",
                        recorded_holds=recorded.holds, patterns=targets.hold_patterns)
+        foreign_units_restored(recorded, targets.foreign_units)
     else:
         log_wrapped(logger.warning, f"{host.name}: no {STATE_DIR}/state.json (gpunode never "
                     "applied here, or before it kept one): runtime values and holds left as "
                     "they are")
     for path, after in targets.owned_files.items():
         owned_file_removed(name=f"Put back {path}", dest=path, after=after)
+    for path in targets.created_files:
+        owned_file_removed(name=f"Remove {path}", dest=path)
+    for folder, gone in targets.created_folders.items():
+        created_folder_removed(name=f"Remove {folder} if gpunode created it", path=folder,
+                               gone=gone)
     for path, refresh in targets.edited_files.items():
         edited_file_restored(name=f"Put back {path}", dest=path, refresh=refresh)
     state_forgotten(name=f"Remove {STATE_DIR}")

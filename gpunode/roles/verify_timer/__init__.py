@@ -7,6 +7,11 @@ same live values as the deploy's verify (sysctls, modules, MaxReadReq, C-states,
 cmdline, memlock, kernel pin) and writes Prometheus textfile-collector metrics to
 metrics_dir/gpunode.prom for node_exporter (names: gpunode.roles.audit.metrics). The node needs
 no Python and no gpunode: only sh, awk, pciutils and systemd.
+
+With verify_timer off, a node that still has the timer (on in an earlier run) gets it taken off
+(verify_timer_off): the timer stopped and disabled, the script and units put back as gpunode
+found them (removed), daemon-reload, the metrics file removed, and the metrics folder when
+gpunode created it and it is empty. Undo does the same (gpunode.deploys.undo).
 """
 
 from __future__ import annotations
@@ -19,13 +24,20 @@ from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.facts.cmdline import format_param
 from gpunode.roles.facts.cpu import CpuPower, CpuState
 from gpunode.roles.facts.kernel_params import SYSCTL_REFUSED_DIR, normalize_sysctl_value
-from gpunode.roles.facts.owned import OwnedFiles
+from gpunode.roles.facts.owned import (
+    DirEntries,
+    KeptOriginals,
+    OwnedFiles,
+    ancestors,
+    original_path,
+)
 from gpunode.roles.facts.pcie_refusals import REFUSED_DIR
-from gpunode.roles.facts.sections import as_model
+from gpunode.roles.facts.sections import as_model, fact_data
 from gpunode.roles.ops.cpu import cpu_cmdline_params
 from gpunode.roles.ops.files import directory_present, render_template, template_file
 from gpunode.roles.ops.modules import module_plan_for_host
-from gpunode.roles.ops.services import unit_enabled_and_running
+from gpunode.roles.ops.services import systemd_booted, unit_disabled, unit_enabled_and_running
+from gpunode.roles.ops.undo import created_folder_removed, owned_file_removed
 from gpunode.roles.profile.node import NodeProfile
 from gpunode.roles.pyinfra_adapter import deploy
 
@@ -39,6 +51,27 @@ OWNED_FILES = (VERIFY_SCRIPT, f"{UNIT_DIR}/{VERIFY_SERVICE}", f"{UNIT_DIR}/{VERI
 
 def metrics_file(profile: NodeProfile) -> str:
     return f"{profile.metrics_dir}/{METRICS_FILE_NAME}"
+
+
+def removal_reads(metrics_dir: str) -> list[FactRead]:
+    """Every fact taking the timer off reads (verify_timer_off, and undo)."""
+    paths = [*OWNED_FILES, f"{metrics_dir}/{METRICS_FILE_NAME}"]
+    return [
+        FactRead(Directory, {"path": "/run/systemd/system"}),
+        FactRead(SystemdStatus, {"services": [VERIFY_TIMER]}),
+        FactRead(SystemdEnabled, {"services": [VERIFY_TIMER]}),
+        FactRead(OwnedFiles, {"paths": [*paths, *(original_path(p) for p in paths)]}),
+        FactRead(KeptOriginals, {"paths": [*paths, *ancestors(metrics_dir)]}),
+        FactRead(DirEntries, {"paths": ancestors(metrics_dir)}),
+    ]
+
+
+def timer_installed() -> bool:
+    """Any of the timer's files present, or the timer enabled or active (cached facts)."""
+    files = fact_data(cached_fact(OwnedFiles, paths=list(OWNED_FILES))) or {}
+    units = [fact_data(cached_fact(fact, services=[VERIFY_TIMER])) or {}
+             for fact in (SystemdStatus, SystemdEnabled)] if systemd_booted() else []
+    return any(files.values()) or any(u.get(VERIFY_TIMER) for u in units)
 
 
 def script_variables(profile: NodeProfile, cpu: CpuState, modules: list[str],
@@ -69,9 +102,10 @@ def render_script(profile: NodeProfile, cpu: CpuState, modules: list[str],
 
 
 def verify_timer_reads(profile: NodeProfile) -> list[FactRead]:
-    """Every fact verify_timer reads (for prefetch); none when the timer is off."""
+    """Every fact verify_timer reads (for prefetch); with the timer off, those that tell
+    whether an earlier run installed it."""
     if not profile.verify_timer:
-        return []
+        return removal_reads(profile.metrics_dir)
     units = [VERIFY_TIMER]
     return [
         FactRead(CpuPower),
@@ -84,10 +118,13 @@ def verify_timer_reads(profile: NodeProfile) -> list[FactRead]:
 
 @deploy("gpunode: verify timer")
 def verify_timer(profile: NodeProfile, kernel_pin: str | None = None) -> None:
-    """Install the read-only check and its timer (nothing when profile.verify_timer is off).
+    """Install the read-only check and its timer; with profile.verify_timer off, take off a
+    timer an earlier run installed (nothing when there is none).
 
     kernel_pin: the pinned kernel version resolved for this host (gpunode.roles.kernel)."""
     if not profile.verify_timer:
+        if timer_installed():
+            verify_timer_off(profile.metrics_dir)
         return
     cpu = as_model(CpuState, cached_fact(CpuPower))
     modules = module_plan_for_host(profile.modules, profile.required_modules).persist
@@ -101,3 +138,16 @@ def verify_timer(profile: NodeProfile, kernel_pin: str | None = None) -> None:
                   after="systemctl daemon-reload", interval=profile.verify_interval)
     unit_enabled_and_running(name=f"Enable {VERIFY_TIMER} (every {profile.verify_interval})",
                              unit=VERIFY_TIMER)
+
+
+def verify_timer_off(metrics_dir: str) -> None:
+    """Take the timer off: stop and disable it, put its files back as gpunode found them
+    (daemon-reload after a unit file), remove the metrics file and the folder gpunode made."""
+    unit_disabled(name=f"Stop and disable {VERIFY_TIMER}", unit=VERIFY_TIMER)
+    for path in OWNED_FILES:
+        after = "systemctl daemon-reload" if path.startswith(UNIT_DIR) else None
+        owned_file_removed(name=f"Put back {path}", dest=path, after=after)
+    owned_file_removed(name=f"Remove {metrics_dir}/{METRICS_FILE_NAME}",
+                       dest=f"{metrics_dir}/{METRICS_FILE_NAME}")
+    created_folder_removed(name=f"Remove {metrics_dir} if gpunode created it",
+                           path=metrics_dir, gone=[METRICS_FILE_NAME])
