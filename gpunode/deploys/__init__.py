@@ -7,9 +7,9 @@ Each reads the profile from the host's data (``gpunode`` / ``gpunode_profile_fil
 """
 
 from gpunode.deploys.audit import audit
-from gpunode.deploys.containers import containers
+from gpunode.deploys.containers import containers, containers_undo
 from gpunode.deploys.host import host_tuning_only
 from gpunode.deploys.site import site
 from gpunode.deploys.undo import undo
 
-__all__ = ["audit", "containers", "host_tuning_only", "site", "undo"]
+__all__ = ["audit", "containers", "containers_undo", "host_tuning_only", "site", "undo"]

@@ -12,7 +12,8 @@
 Before any operation is added, every Proxmox host's containers are validated against its
 facts, and every container host's settings: one error lists all problems of all hosts.
 Run the Proxmox hosts first: a container must exist and run before @pct can reach it, and a
-restart must not race the driver install inside it.
+restart must not race the driver install inside it. ``containers_undo`` takes the GPU lines
+gpunode added back out (deploy/undo.py runs it before the host's undo).
 """
 
 from pyinfra import host, state
@@ -20,7 +21,7 @@ from pyinfra import host, state
 from gpunode.roles.container import container_driver
 from gpunode.roles.container.inventory import declared_specs, validate_container_targets
 from gpunode.roles.facts.nvidia import NvidiaDriverVersion
-from gpunode.roles.lxc_gpu import lxc_gpu
+from gpunode.roles.lxc_gpu import lxc_gpu, lxc_gpu_undo
 from gpunode.roles.lxc_gpu.validate import ContainerDeployError, validate_container_hosts
 from gpunode.roles.pyinfra_adapter import fit_cli_tables
 
@@ -60,3 +61,11 @@ def containers() -> None:
             expected_gpus=target.expected_gpus,
             container=target.label,
         )
+
+
+def containers_undo() -> None:
+    """Take out of each container's config on this Proxmox host exactly the lines gpunode
+    added (its record under /var/lib/gpunode/lxc), keeping the old file; the user's lines,
+    devN keys, [pve:pending] and snapshot sections stay. deploy/undo.py runs it first."""
+    fit_cli_tables()  # pyinfra's tables within 100 columns
+    lxc_gpu_undo()

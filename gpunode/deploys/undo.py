@@ -9,16 +9,20 @@ gpunode's parameters where you changed the file since), puts back the sysctl val
 before the first apply, releases the holds gpunode added, disables and removes the boot unit
 and the verify timer (its script, units, metrics file, and the metrics folder when gpunode
 made it), disables nvidia-persistenced when gpunode enabled it, then removes /var/lib/gpunode.
-It reports what needs a reboot. Containers: not handled here (their GPU lines stay;
-deploy/containers.py owns them).
+It reports what needs a reboot. First, on a Proxmox host, each container's config loses
+exactly the lines gpunode added (gpunode.deploys.containers.containers_undo): the user's
+lines, devN keys, [pve:pending] and snapshot sections stay, the old file is kept.
 """
 
 from pyinfra import host, state
 
+from gpunode.deploys.containers import containers_undo
+from gpunode.roles.facts.bundle import FactRead
 from gpunode.roles.facts.cache import prefetch
 from gpunode.roles.facts.cmdline import GPUNODE_GRUB_DROPIN
 from gpunode.roles.gpu_runtime import PERSISTENCED_UNIT
 from gpunode.roles.host_tuning import BOOT_UNIT, BOOT_UNIT_FILE, OWNED_FILES, SYSTEMD_MEMLOCK_FILE
+from gpunode.roles.lxc_gpu.record import LxcGpuRecords
 from gpunode.roles.nvidia_driver import NVIDIA_PATTERNS, PREFERENCES_FILE
 from gpunode.roles.ops.state import recorded_state
 from gpunode.roles.profile.loader import profiles_of_run
@@ -56,10 +60,12 @@ def undo_targets(profile: NodeProfile) -> UndoTargets:
 
 
 def undo() -> None:
-    """Put this host back as gpunode found it."""
+    """Put this host back as gpunode found it: its containers' GPU lines first (their
+    records live under /var/lib/gpunode, which the host's undo removes last)."""
     fit_cli_tables()  # pyinfra's tables within 100 columns
     profile = profiles_of_run(state.inventory)[host.name]
     targets = undo_targets(profile)
     recorded_state()  # read first: its sysctl keys name the next reads
-    prefetch(undo_reads(targets))
+    prefetch([*undo_reads(targets), FactRead(LxcGpuRecords)])
+    containers_undo()
     undo_node(targets)

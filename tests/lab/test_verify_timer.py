@@ -1,17 +1,24 @@
 """Drift you can watch: gpunode-verify.timer on the lab node and the audit's metrics file
-follow a drifted setting (both read back with prometheus_client's text-format parser)."""
+follow a drifted setting (both read back with prometheus_client's text-format parser); a
+profile that turns the timer off takes it off, and undo leaves none of its files."""
 
 from __future__ import annotations
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpunode.roles.verify_timer import OWNED_FILES, VERIFY_TIMER
 from lab.vm import HOST_NAME
 from tests.lab.pyinfra_cli import run_pyinfra
 
 pytestmark = pytest.mark.lab
 
 METRICS_DIR = "/var/lib/prometheus/node-exporter"
+TIMER_ON = {"GPUNODE_LAB_VERIFY_TIMER": "1"}
+# What the timer's deploy writes, and the folders above the metrics file (absent on the guest
+# before the first deploy with the timer: gpunode made them).
+TIMER_PATHS = [*OWNED_FILES, f"{METRICS_DIR}/gpunode.prom", METRICS_DIR, "/var/lib/prometheus"]
+BEFORE: dict[str, str] = {}
 
 
 def value(text: str, name: str, **labels: str) -> float | None:
@@ -22,9 +29,17 @@ def value(text: str, name: str, **labels: str) -> float | None:
     return None
 
 
+def present(vm) -> str:
+    """Which of TIMER_PATHS exist, and the timer's state."""
+    rc, out, err = vm.ssh("; ".join(f"[ ! -e {p} ] || echo {p}" for p in TIMER_PATHS)
+                          + f"; systemctl is-enabled {VERIFY_TIMER} 2>/dev/null; true")
+    assert rc == 0, err
+    return out
+
+
 def test_timer_and_audit_metrics_show_a_drifted_sysctl(lab_vm, tmp_path):
-    run = run_pyinfra("deploy/site.py", "-y", env={"GPUNODE_LAB_VERIFY_TIMER": "1"},
-                      timeout=900)
+    BEFORE["paths"] = present(lab_vm)
+    run = run_pyinfra("deploy/site.py", "-y", env=TIMER_ON, timeout=900)
     assert run.returncode == 0, run.log[-3000:]
     _, out, _ = lab_vm.ssh("systemctl is-enabled gpunode-verify.timer; "
                            "systemctl is-active gpunode-verify.timer")
@@ -61,3 +76,26 @@ def test_timer_and_audit_metrics_show_a_drifted_sysctl(lab_vm, tmp_path):
     finally:
         lab_vm.ssh("sysctl -qw vm.swappiness=10")
     assert value(timer_metrics(), "gpunode_setting_ok", **setting) == 1
+
+
+def test_turning_the_timer_off_takes_it_off(lab_vm):
+    run = run_pyinfra("deploy/site.py", "-y", timeout=900)
+    assert run.returncode == 0, run.log[-3000:]
+    lines = " | ".join(run.change_lines())
+    assert f"{VERIFY_TIMER} enabled, active -> disabled, inactive" in lines, lines
+    assert f"{METRICS_DIR}/gpunode.prom present -> (removed)" in lines, lines
+    assert present(lab_vm) == BEFORE["paths"]
+    again = run_pyinfra("deploy/site.py", "--dry")
+    assert again.returncode == 0 and again.change_lines() == [], again.log[-3000:]
+
+
+def test_undo_leaves_none_of_the_timers_files(lab_vm):
+    run = run_pyinfra("deploy/site.py", "-y", env=TIMER_ON, timeout=900)
+    assert run.returncode == 0, run.log[-3000:]
+    lab_vm.ssh(f"systemctl start gpunode-verify.service; ls {METRICS_DIR}")
+    dry = run_pyinfra("deploy/undo.py", "--dry", env=TIMER_ON)
+    undo = run_pyinfra("deploy/undo.py", "-y", env=TIMER_ON, timeout=900)
+    assert dry.returncode == 0 and undo.returncode == 0, undo.log[-3000:]
+    assert dry.change_lines() == undo.change_lines(), (dry.change_lines(), undo.change_lines())
+    assert f"{VERIFY_TIMER} enabled, active -> disabled, inactive" in undo.change_lines()[0]
+    assert present(lab_vm) == BEFORE["paths"]

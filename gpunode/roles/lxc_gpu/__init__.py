@@ -17,22 +17,29 @@ checked every host's declared containers (host data ``gpunode_containers``) agai
 facts; deploy/containers.py does both. The operations are in ``ops``; the knobs
 and their defaults in ``defaults``.
 
+Undo: ``lxc_gpu_undo()`` takes out of each container's config exactly the lines gpunode added
+(the record ``record`` keeps with each write; ``undo``).
+
 The ``@pct/HOST:VMID`` connector (``connector``) then runs operations inside the
 container through ``pct exec`` (the ``container`` role).
 """
 
 from __future__ import annotations
 
+from gpunode.roles.facts.bundle import FactRead
+from gpunode.roles.facts.cache import prefetch
 from gpunode.roles.lxc_gpu.ops import (
     container_config_lines,
     container_created,
     container_options,
     container_restarted,
 )
+from gpunode.roles.lxc_gpu.record import LxcGpuRecords, recorded_vmids
+from gpunode.roles.lxc_gpu.undo import container_gpu_lines_removed
 from gpunode.roles.profile.container import ContainerSpec
 from gpunode.roles.pyinfra_adapter import deploy
 
-__all__ = ["lxc_gpu"]
+__all__ = ["lxc_gpu", "lxc_gpu_undo"]
 
 
 @deploy("gpunode: GPU containers")
@@ -54,3 +61,12 @@ def lxc_gpu(containers: list[ContainerSpec]) -> None:
             + ("" if spec.restart_allowed else " (not allowed: report only)"),
             spec=spec,
         )
+
+
+@deploy("gpunode: undo GPU containers")
+def lxc_gpu_undo() -> None:
+    """Take gpunode's lines out of each container it recorded on this host (``undo``)."""
+    prefetch([FactRead(LxcGpuRecords)])
+    for vmid in recorded_vmids():
+        container_gpu_lines_removed(name=f"Remove the lines gpunode added to container {vmid}",
+                                    vmid=vmid)

@@ -6,7 +6,8 @@ options and raw lxc.* lines, restart it only when allowed (facts from ``lxc_gpu.
 - ``container_config_lines(spec)``: /etc/pve/lxc/VMID.conf with the GPU lines taken over
   (``lxc_gpu.takeover``: each hand-written GPU line kept, replaced, removed or left alone,
   and the reason logged), main section only, written atomically under Proxmox's own config
-  lock with the old file kept under /var/backups/gpunode/pve-lxc/;
+  lock with the old file kept under /var/backups/gpunode/pve-lxc/, and what changed recorded
+  for undo (``lxc_gpu.record``, ``lxc_gpu.undo``);
 - ``container_options(spec)``: ``pct set`` of the options that differ, ``pct resize`` to grow;
 - ``container_restarted(spec)``: ``pct reboot`` when the running container does not run its
   declared config and ``spec.restart_allowed``, else a "pending restart" report.
@@ -39,6 +40,7 @@ from gpunode.roles.lxc_gpu.facts import (
 from gpunode.roles.lxc_gpu.numa import GpuNuma
 from gpunode.roles.lxc_gpu.passthrough import DeviceNode
 from gpunode.roles.lxc_gpu.plan import new_container_lines, restart_reasons, take_over
+from gpunode.roles.lxc_gpu.record import container_record, record_commands, recorded_after
 from gpunode.roles.lxc_gpu.takeover import Decision
 from gpunode.roles.ops.changes import log_wrapped, report_change
 from gpunode.roles.ops.files import sha1_text
@@ -122,6 +124,7 @@ def container_created(spec: ContainerSpec):
     lines = new_container_lines(spec, majors, devices, **_gpu_facts())
     yield argv(*pct_create_args(spec))
     yield append_lines_command(spec.vmid, lines)
+    yield from record_commands(spec.vmid, recorded_after(None, "", "\n".join(lines)))
     yield argv("pct", "start", spec.vmid)
 
 
@@ -187,6 +190,8 @@ def container_config_lines(spec: ContainerSpec):
         host.noop(f"{config_path(spec.vmid)}: GPU lines up to date")
         return
     yield from guarded_write_commands(spec.vmid, text, new_text)
+    yield from record_commands(spec.vmid,
+                               recorded_after(container_record(spec.vmid), text, new_text))
 
 
 def report_decisions(path: str, decisions: Sequence[Decision], changed: bool) -> None:

@@ -27,6 +27,7 @@ HOST = {
     "NvidiaDevices": DEVICES,
     "PveVersionFact": {"present": True, "manager_version": "8.1.10"},
     "GpuNumaTopology": {},
+    "LxcGpuRecords": {},
 }
 SPEC = ContainerSpec(
     vmid=110,
@@ -77,7 +78,10 @@ def test_fresh_host_creates_with_the_gpu_lines_then_starts():
         "Restart container 110 (llm-a) if it runs an older config (not allowed: report only)",
     ]
     create = plan[0][1]
-    assert create[0].startswith("pct create 110 ") and create[2] == "pct start 110"
+    assert create[0].startswith("pct create 110 ") and create[-1] == "pct start 110"
+    # What gpunode appended is recorded for undo before the first start (lxc_gpu.record).
+    assert create[2] == "mkdir -p /var/lib/gpunode/lxc" and create[4] == (
+        "mv -f /var/lib/gpunode/lxc/110.json.gpunode-new /var/lib/gpunode/lxc/110.json")
     assert "'lxc.cgroup2.devices.allow: c 195:1 rwm'" in create[1]
     assert "'lxc.mount.entry: /dev/nvidia1 dev/nvidia1 none bind,optional,create=file'" in create[1]
     assert "nvidia0" not in create[1]
