@@ -139,8 +139,7 @@ def check_host_containers(host_name: str, raw: Any, facts: HostFacts) -> list[Co
             ],
         )
     existing = existing_guest_names(facts.node, facts.guests)
-    gpu_count = len(gpu_indices_on_host(facts.devices))
-    specs = validate_containers(host_name, raw, existing, gpu_count)
+    specs = validate_containers(host_name, raw, existing, gpu_indices_on_host(facts.devices))
     problems: list[SpecProblem] = []
     for i, spec in enumerate(specs):
         prefix = f"containers[{i}]"

@@ -134,8 +134,8 @@ def test_gpu_index_the_host_lacks():
     with pytest.raises(ContainerSpecError) as err:
         validate_containers("gpu-node-3", [good(gpus=[0, 4])], {}, 4)
     assert str(err.value) == (
-        "gpu-node-3: containers[0].gpus[1] = 4: no such GPU: the host has 4 (indices 0..3). "
-        "Fix: use indices from 0 to 3, or 'all'"
+        "gpu-node-3: containers[0].gpus[1] = 4: no such GPU: the host has 4 (indices 0..3: "
+        "/dev/nvidiaN). Fix: use indices 0..3, or 'all'"
     )
 
 

@@ -177,3 +177,18 @@ def test_a_cpuset_is_checked_against_the_hosts_cpus_and_nodes():
     ]
     ok = [item(cpuset_cpus="52-103", cpuset_mems="1")]
     assert check_host_containers("pve1", ok, facts(numa=TWO_NODES))
+
+
+def test_a_gpu_index_missing_from_the_middle_is_named_with_the_indices_the_host_has():
+    """GPU 1 fell off the bus (/dev/nvidia1 gone, 0 and 2..7 left): a container declaring
+    GPU 1 is refused before any change, on its host, naming the field and the indices."""
+    host_facts = facts(devices=[d for d in facts().devices if d.path != "/dev/nvidia1"])
+    pve = FakeHost("pve1", {"gpunode_containers": [item(gpus=[1, 9])]}, host_facts)
+    with pytest.raises(ContainerDeployError) as info:
+        validate_container_hosts([pve])
+    lines = str(info.value).splitlines()
+    assert lines[0].endswith("(nothing was changed):")
+    assert lines[1:] == [
+        f"pve1: containers[0].gpus[{j}] = {n}: no such GPU: the host has 7 (indices 0, 2..7: "
+        "/dev/nvidiaN). Fix: use indices 0, 2..7, or 'all'" for j, n in ((0, 1), (1, 9))
+    ]

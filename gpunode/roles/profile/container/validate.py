@@ -5,6 +5,7 @@ ContainerSpecError, before any change."""
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -117,14 +118,15 @@ def validate_containers(
     host_name: str,
     raw: Any,
     existing: dict[int, str],
-    gpu_count: int,
+    gpus_on_host: int | Sequence[int],
 ) -> list[ContainerSpec]:
     """Validate the declared containers of one Proxmox host against its facts.
 
     ``existing`` maps the vmids already used (cluster-wide, VMs too) to the guest's
     name; a vmid that exists under another name is an error, under the same name
-    it is this container. ``gpu_count`` is the number of /dev/nvidiaN on the host
-    (indices 0..gpu_count-1). Every problem is reported at once.
+    it is this container. ``gpus_on_host``: the N of each /dev/nvidiaN on the host (a
+    count n means 0..n-1; a GPU that fell off the bus leaves a gap). Every problem is
+    reported at once.
     """
     if raw is None:
         raw = []
@@ -142,6 +144,8 @@ def validate_containers(
         )
     specs: list[ContainerSpec] = []
     problems: list[SpecProblem] = []
+    on_host = (list(range(gpus_on_host)) if isinstance(gpus_on_host, int)
+               else sorted(gpus_on_host))
     for i, item in enumerate(raw):
         prefix = f"containers[{i}]"
         if not isinstance(item, dict):
@@ -158,7 +162,7 @@ def validate_containers(
             specs.append(ContainerSpec.model_validate(item))
         except ValidationError as exc:
             problems.extend(_problems_from_validation(prefix, item, exc))
-        problems.extend(_check_against_host(prefix, item, existing, gpu_count))
+        problems.extend(_check_against_host(prefix, item, existing, on_host))
 
     problems.extend(_check_unique(raw))
     if problems:
@@ -167,7 +171,7 @@ def validate_containers(
 
 
 def _check_against_host(
-    prefix: str, item: dict[str, Any], existing: dict[int, str], gpu_count: int
+    prefix: str, item: dict[str, Any], existing: dict[int, str], on_host: list[int]
 ) -> list[SpecProblem]:
     """vmid taken by another guest, GPU indices the host lacks. Reads the raw item so
     these are reported even when other fields of the container are wrong too."""
@@ -185,7 +189,7 @@ def _check_against_host(
                 "guest is this container",
             )
         )
-    if gpu_count <= 0:
+    if not on_host:
         problems.append(
             SpecProblem(
                 field=f"{prefix}.gpus",
@@ -197,17 +201,29 @@ def _check_against_host(
         )
     elif isinstance(gpus, list):
         for j, index in enumerate(gpus):
-            if isinstance(index, int) and not isinstance(index, bool) and index >= gpu_count:
+            if isinstance(index, int) and not isinstance(index, bool) and index not in on_host:
+                indices = format_indices(on_host)
                 problems.append(
                     SpecProblem(
                         field=f"{prefix}.gpus[{j}]",
                         value=index,
-                        problem=f"no such GPU: the host has {gpu_count} "
-                        f"(indices 0..{gpu_count - 1})",
-                        fix=f"use indices from 0 to {gpu_count - 1}, or 'all'",
+                        problem=f"no such GPU: the host has {len(on_host)} "
+                        f"(indices {indices}: /dev/nvidiaN)",
+                        fix=f"use indices {indices}, or 'all'",
                     )
                 )
     return problems
+
+
+def format_indices(indices: Sequence[int]) -> str:
+    """[0, 1, 2, 5, 6] -> '0..2, 5..6' (runs of consecutive indices)."""
+    runs: list[list[int]] = []
+    for index in sorted(set(indices)):
+        if runs and index == runs[-1][-1] + 1:
+            runs[-1].append(index)
+        else:
+            runs.append([index])
+    return ", ".join(f"{r[0]}..{r[-1]}" if len(r) > 1 else f"{r[0]}" for r in runs)
 
 
 def _check_unique(raw: list[Any]) -> list[SpecProblem]:
