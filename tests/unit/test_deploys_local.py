@@ -158,3 +158,16 @@ def test_every_deploy_prints_within_100_columns_and_no_empty_table(tmp_path, dep
     for rows in tables.values():
         assert rows and (rows[0].split()[0] == "Operation" and len(rows) > 1
                          or rows[0].strip() == "no operations"), log
+
+
+def test_undo_plans_the_host_and_the_timer(tmp_path):
+    """Undo on a machine gpunode never applied: every step planned, none changes anything
+    (no container record: no container step)."""
+    log = dry_run(tmp_path, "deploy/undo.py", PINNED)
+    for operation in ("Stop and disable gpunode-verify.timer",
+                      "Put back /usr/local/sbin/gpunode-verify",
+                      "/var/lib/prometheus/node-exporter/gpunode.prom",
+                      "Remove /var/lib/prometheus/node-exporter if gpunode",
+                      "Remove /var/lib/gpunode"):
+        assert operation in flat(log), operation
+    assert "] change: " not in log
