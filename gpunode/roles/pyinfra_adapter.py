@@ -13,8 +13,14 @@ pyproject.toml), so an upgrade that changes one fails there and not in a deploy:
   (``state.ops[host][op_hash].operation_meta``);
 - ``operation_results``: what the operations finished so far did on a host (changed, unchanged,
   failed; ``state.get_op_order()``, ``state.ops[host]``, ``state.get_op_meta(op_hash).names``);
-- ``current_state`` / ``run_store``: the State of this run (``ctx_state``) and a dict kept on
-  it, behind pyinfra's context proxy (``_get_module``);
+- ``current_state`` / ``run_store`` / ``stored``: the State of this run (``ctx_state``) and a
+  dict kept on it, behind pyinfra's context proxy (``_get_module``);
+- ``current_host`` / ``host_prefix``: the host an operation or deploy runs for (``ctx_host``)
+  and the ``[name] `` prefix of its log lines (``Host.print_prefix``);
+- ``fail_host``: mark a host failed before it gets an operation (``State.fail_hosts``; the
+  other hosts go on, and the run exits 1);
+- ``diff_requested`` / ``color_diff``: ``--diff`` (``Config.DIFF``) and pyinfra's coloured
+  unified diff (``pyinfra.operations.util.files.generate_color_diff``);
 - ``StateCallback``: the base class of a state callback handler (``add_callback_handler``);
 - ``current_op_hash``: the operation whose generator runs now (``Host.current_op_hash``);
 - ``checks_for_changes``: whether this run detects changes before executing (``--dry`` and
@@ -31,6 +37,7 @@ pyproject.toml), so an upgrade that changes one fails there and not in a deploy:
 
 from __future__ import annotations
 
+import contextlib
 import re
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
@@ -38,23 +45,32 @@ from typing import Any, TypeVar, cast
 
 from pyinfra import state as _state_proxy
 from pyinfra.api import deploy as _pyinfra_deploy
+from pyinfra.api.exceptions import PyinfraError
+from pyinfra.api.host import Host
 from pyinfra.api.state import BaseStateCallback, State, StateStage
 from pyinfra.context import ctx_host, ctx_state
+from pyinfra.operations.util.files import generate_color_diff
 
 __all__ = [
     "StateCallback",
     "checks_for_changes",
+    "color_diff",
+    "current_host",
     "current_op_hash",
     "current_state",
     "deploy",
+    "diff_requested",
+    "fail_host",
     "fit_cli_tables",
     "fitted_rows",
+    "host_prefix",
     "in_execute_stage",
     "inner_commands",
     "is_executing",
     "operation_changed",
     "operation_results",
     "run_store",
+    "stored",
     "unproxied",
 ]
 
@@ -239,3 +255,38 @@ def fit_cli_tables(width: int = TERMINAL_WIDTH) -> None:
 
     print_rows.gpunode_width = width  # type: ignore[attr-defined]
     prints.print_rows = print_rows
+def stored(state: object, attribute: str) -> dict[str, Any]:
+    """The dict run_store keeps on state under attribute, without creating it ({} when none)."""
+    return getattr(unproxied(state), attribute, None) or {}
+
+
+def current_host() -> Host | None:
+    """The host whose operation or deploy runs now, or None outside one."""
+    return ctx_host.get() if ctx_host.isset() else None
+
+
+def host_prefix(host: Any) -> str:
+    """The ``[name] `` prefix pyinfra puts before a host's log lines (``[name] `` for a
+    host without one, as pyinfra-testing's FakeHost)."""
+    return getattr(host, "print_prefix", None) or f"[{host.name}] "
+
+
+def fail_host(host: Any) -> None:
+    """Mark host failed in this run: it gets no further operation, the other hosts go on,
+    and pyinfra exits 1 (also when it was the last host: "No hosts remaining!" is swallowed)."""
+    state = current_state()
+    if state is None:
+        raise RuntimeError("fail_host() needs a pyinfra run")
+    with contextlib.suppress(PyinfraError):
+        state.fail_hosts({host})
+
+
+def diff_requested() -> bool:
+    """True when the run shows file diffs (``--diff``); False outside a run."""
+    state = current_state()
+    return bool(state is not None and getattr(state.config, "DIFF", False))
+
+
+def color_diff(old_lines: Sequence[str], new_lines: Sequence[str]) -> list[str]:
+    """pyinfra's unified diff of two line lists (``@@`` hunks, ``- ``/``+ `` lines coloured)."""
+    return list(generate_color_diff(list(old_lines), list(new_lines)))

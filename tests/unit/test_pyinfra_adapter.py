@@ -5,6 +5,7 @@ fails here, not in a deploy."""
 from __future__ import annotations
 
 import inspect
+import re
 
 import pytest
 from pyinfra.api import Config, FunctionCommand, Inventory, State, StringCommand, operation
@@ -15,6 +16,7 @@ from pyinfra.api.operations import run_ops
 from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra.operations import apt, systemd
+from pyinfra_testing.util import FakeHost
 
 from gpunode.roles import pyinfra_adapter as adapter
 
@@ -265,3 +267,65 @@ def test_the_real_cli_prints_fitted_tables(tmp_path, monkeypatch, args, with_ops
             assert lines[i + 3].startswith("      ") and NAME.split()[-1] in lines[i + 3]
         else:
             assert lines[i + 1].strip() == "no operations", result.output
+def plain(text: str) -> str:
+    """Text without the ANSI colour codes pyinfra's format_text adds."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)
+
+
+def test_stored_reads_the_run_store_without_creating_it(local):
+    state, _ = local
+    assert adapter.stored(state, "gpunode_test_store") == {}
+    assert not hasattr(state, "gpunode_test_store")
+    with ctx_state.use(state):
+        adapter.run_store("gpunode_test_store")["x"] = 1
+        from pyinfra import state as proxy
+
+        assert adapter.stored(proxy, "gpunode_test_store") == {"x": 1}
+    assert adapter.stored(state, "gpunode_test_store") == {"x": 1}
+
+
+def test_current_host_and_its_log_prefix(local):
+    state, host = local
+    assert adapter.current_host() is None
+    with ctx_state.use(state), ctx_host.use(host):
+        assert adapter.current_host() is host
+    assert plain(adapter.host_prefix(host)) == "[@local] "
+    # A host object without pyinfra's prefix (pyinfra-testing's FakeHost has "").
+    assert adapter.host_prefix(FakeHost(None, "gpu-07", {}, {})) == "[gpu-07] "
+
+
+def test_fail_host_removes_it_from_the_run_even_when_it_was_the_last(local):
+    state, host = local
+    assert host in state.active_hosts
+    with pytest.raises(RuntimeError):
+        adapter.fail_host(host)  # no run
+    with ctx_state.use(state):
+        adapter.fail_host(host)  # pyinfra raises "No hosts remaining!": swallowed
+    assert host in state.failed_hosts
+    assert host not in state.active_hosts
+
+
+def test_fail_host_leaves_the_other_hosts_running():
+    state = State(Inventory((["@local", "@ssh/other"], {})), Config())
+    local_host, other = state.inventory.get_host("@local"), state.inventory.get_host("@ssh/other")
+    state.activate_host(local_host)
+    state.activate_host(other)
+    with ctx_state.use(state):
+        adapter.fail_host(local_host)
+    assert state.failed_hosts == {local_host}
+    assert state.active_hosts == {other}
+
+
+def test_diff_requested_is_the_diff_flag():
+    assert adapter.diff_requested() is False  # no run
+    for flag in (True, False):
+        state = State(Inventory((["@local"], {})), Config(DIFF=flag))
+        with ctx_state.use(state):
+            assert adapter.diff_requested() is flag
+
+
+def test_color_diff_is_a_unified_diff_with_pyinfras_markers():
+    lines = adapter.color_diff(["a\n", "b\n", "c\n"], ["a\n", "B\n", "c\n", "d\n"])
+    assert [plain(line) for line in lines] == ["@@ -1,3 +1,4 @@", "  a", "- b", "+ B", "  c",
+                                               "+ d"]
+    assert adapter.color_diff(["same\n"], ["same\n"]) == []

@@ -17,8 +17,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyinfra import host, logger
-from pyinfra.context import ctx_state
-from pyinfra.operations.util.files import generate_color_diff
+
+from gpunode.roles.pyinfra_adapter import (
+    color_diff,
+    current_state,
+    diff_requested,
+    host_prefix,
+    run_store,
+    stored,
+)
 
 _STATE_ATTRIBUTE = "_gpunode_changes"
 _DIFFS_ATTRIBUTE = "_gpunode_diffs_shown"
@@ -47,22 +54,13 @@ class Change:
 
 
 def _store() -> dict[str, list[Change]] | None:
-    if not ctx_state.isset():
-        return None
-    state = ctx_state.get()
-    store = getattr(state, _STATE_ATTRIBUTE, None)
-    if store is None:
-        store = {}
-        try:
-            setattr(state, _STATE_ATTRIBUTE, store)
-        except AttributeError:  # a test double without attributes
-            return None
-    return store
+    """This run's changes by host name (None outside a run)."""
+    return run_store(_STATE_ATTRIBUTE) if current_state() is not None else None
 
 
-def changes_of(state, host_name: str) -> list[Change]:
+def changes_of(state: object, host_name: str) -> list[Change]:
     """The changes reported for a host in this run, in order."""
-    return list(getattr(state, _STATE_ATTRIBUTE, {}).get(host_name, []))
+    return list(stored(state, _STATE_ATTRIBUTE).get(host_name, []))
 
 
 def shorten(text: str, width: int = 40) -> str:
@@ -87,7 +85,7 @@ def report_change(setting: str, old: str | None = None, new: str | None = None,
 def _log(message: str) -> None:
     """One log line; past WIDTH columns (with pyinfra's indent and the host prefix) the
     trailing '(where)' goes on a line of its own."""
-    prefix = getattr(host, "print_prefix", None) or f"[{host.name}] "
+    prefix = host_prefix(host)
     head, sep, tail = message.rpartition(" (")
     indent = len(host.name) + 7  # pyinfra's 4 spaces, the brackets and a space
     if sep and indent + len(message) > WIDTH:
@@ -111,26 +109,24 @@ def log_wrapped(log: Callable[[str], object], text: str) -> None:
 
 
 def diff_enabled() -> bool:
-    return bool(ctx_state.isset() and getattr(ctx_state.get().config, "DIFF", False))
+    """True with --diff."""
+    return diff_requested()
 
 
 def file_diff_lines(old_text: str | None, new_text: str) -> list[str]:
     """Unified diff lines (pyinfra's own colouring) from the old content to the new."""
     old_lines = (old_text or "").splitlines(keepends=True)
-    return list(generate_color_diff(old_lines, new_text.splitlines(keepends=True)))
+    return color_diff(old_lines, new_text.splitlines(keepends=True))
 
 
 def log_file_diff(path: str, old_text: str | None, new_text: str) -> None:
     """With --diff: the content change of path, once per host and run."""
-    if ctx_state.isset():
-        seen = getattr(ctx_state.get(), _DIFFS_ATTRIBUTE, None)
-        if seen is None:
-            seen = set()
-            setattr(ctx_state.get(), _DIFFS_ATTRIBUTE, seen)
-        key = (host.name, path, old_text, new_text)
+    if current_state() is not None:
+        seen = run_store(_DIFFS_ATTRIBUTE)  # used as a set
+        key = str((host.name, path, old_text, new_text))
         if key in seen:
             return
-        seen.add(key)
+        seen[key] = True
     _log(f"{'Will create' if old_text is None else 'Will modify'} {path}")
     for line in file_diff_lines(old_text, new_text):
         logger.info("      %s", line)

@@ -9,16 +9,13 @@ pyinfra exits 1.
 
 from __future__ import annotations
 
-import contextlib
-
-from pyinfra import logger, state
-from pyinfra.api.exceptions import PyinfraError
-from pyinfra.context import ctx_host
+from pyinfra import logger
 
 from gpunode.roles.facts.apt import AptCandidates
 from gpunode.roles.facts.cache import cached_fact
 from gpunode.roles.facts.dpkg import InstalledPackages
 from gpunode.roles.ops.changes import log_wrapped
+from gpunode.roles.pyinfra_adapter import current_host, fail_host, host_prefix
 
 
 def uninstallable(packages: list[str]) -> list[str]:
@@ -39,10 +36,10 @@ def refuse_host(problems: list[str]) -> bool:
     """Log the problems and fail this host before it gets any operation (True if refused)."""
     if not problems:
         return False
-    current = ctx_host.get()
+    current = current_host()
+    if current is None:
+        raise RuntimeError("refuse_host() runs inside a host's deploy")
     for problem in problems:
-        log_wrapped(logger.error, f"{current.print_prefix}refused before any change: {problem}")
-    # "No hosts remaining!" when it was the last: pyinfra still ends the run with exit 1.
-    with contextlib.suppress(PyinfraError):
-        state.fail_hosts({current})
+        log_wrapped(logger.error, f"{host_prefix(current)}refused before any change: {problem}")
+    fail_host(current)
     return True
