@@ -1,0 +1,76 @@
+"""The record undo relies on (gpunode.roles.ops.state) planned on a real pyinfra State for
+@local: this machine's own sysctls, holds and cmdline are what a first apply would record, the
+record reads back with its own fact, and a recorded node is never recorded again. Only
+RecordedState is given (a node gpunode already applied) where a case needs one; nothing is
+executed."""
+
+from __future__ import annotations
+
+import json
+import os
+from unittest.mock import patch
+
+import pytest
+from pyinfra.api import Config, FileUploadCommand, Inventory, State
+from pyinfra.api.connect import connect_all
+from pyinfra.api.host import Host
+from pyinfra.api.operation import add_op
+from pyinfra.context import ctx_host, ctx_state
+
+from gpunode.roles.facts.owned import STATE_DIR, STATE_FILE, NodeState, RecordedState
+from gpunode.roles.ops.state import state_forgotten, state_recorded
+
+REAL_GET_FACT = Host.get_fact
+RECORD = NodeState(recorded="2026-11-30T09:00:00Z", sysctls={"vm.swappiness": "60"},
+                   holds=["proxmox-kernel-6.8"], cmdline=["quiet"])
+
+pytestmark = pytest.mark.skipif(os.path.exists(STATE_DIR),
+                                reason=f"gpunode applied on this machine ({STATE_DIR})")
+
+
+@pytest.fixture(autouse=True)
+def _not_cli(monkeypatch):
+    monkeypatch.setattr("pyinfra.is_cli", False)
+
+
+def commands_of(op, recorded: NodeState | None = None, **kwargs) -> list:
+    """The commands op yields on @local (RecordedState given when recorded is set)."""
+    state = State(Inventory((["@local"], {})), Config())
+    connect_all(state)
+    host = state.inventory.get_host("@local")
+
+    def get_fact(self, cls, *args, **kw):
+        if cls is RecordedState and recorded is not None:
+            return RecordedState().process([json.dumps(recorded.to_json())])
+        return REAL_GET_FACT(self, cls, *args, **kw)
+
+    with patch.object(Host, "get_fact", get_fact), ctx_state.use(state), ctx_host.use(host):
+        meta = add_op(state, op, **kwargs)[host]
+        return list(state.get_op_data_for_host(host, meta._hash).command_generator())
+
+
+def test_a_first_apply_records_this_machines_values_in_a_file_its_fact_reads_back():
+    commands = commands_of(state_recorded, sysctl_keys=["vm.swappiness", "kernel.pid_max"],
+                           modules=["loop"], unit="gpunode-tune.service")
+    mkdir, upload, move = commands
+    assert str(mkdir) == f"mkdir -p {STATE_DIR} && chmod 700 {STATE_DIR}"
+    assert isinstance(upload, FileUploadCommand) and upload.dest == f"{STATE_FILE}.gpunode-new"
+    assert str(move) == f"mv -f {STATE_FILE}.gpunode-new {STATE_FILE}"
+    text = upload.src.getvalue()
+    record = NodeState.model_validate(RecordedState().process(text.splitlines()))
+    with open("/proc/sys/vm/swappiness") as live:
+        assert record.sysctls["vm.swappiness"] == live.read().strip()
+    with open("/proc/cmdline") as cmdline:
+        assert record.cmdline == cmdline.read().split()
+    assert record.boot_unit_enabled is False
+
+
+def test_a_recorded_node_keeps_its_first_record():
+    assert commands_of(state_recorded, RECORD, sysctl_keys=["vm.swappiness"], modules=[],
+                       unit="gpunode-tune.service") == []
+
+
+def test_undo_forgets_a_recorded_node_and_does_nothing_where_there_is_none():
+    [remove] = commands_of(state_forgotten, RECORD)
+    assert str(remove) == f"rm -rf {STATE_DIR}"
+    assert commands_of(state_forgotten) == []
