@@ -11,7 +11,6 @@ from pyinfra.api import Config, Inventory, State
 from pyinfra.api.connect import connect_all
 from pyinfra.api.deploy import add_deploy
 from pyinfra.api.host import Host
-from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from gpunode.roles.host_tuning import host_tuning_reads
@@ -22,6 +21,7 @@ from gpunode.roles.verify_timer import (
     verify_timer,
     verify_timer_reads,
 )
+from tests.unit._planned import planned_commands
 
 REAL_GET_FACT = Host.get_fact
 
@@ -44,16 +44,9 @@ def plan(profile: NodeProfile) -> tuple[list[tuple[str, list[str]]], set[type]]:
             return {}
         return REAL_GET_FACT(self, cls, *args, **kwargs)
 
-    steps = []
     with patch.object(Host, "get_fact", get_fact):
         add_deploy(state, verify_timer, profile, kernel_pin="6.8.12-9-pve")
-        with ctx_state.use(state), ctx_host.use(host):
-            for op_hash in state.get_op_order():
-                (name,) = state.get_op_meta(op_hash).names
-                data = state.get_op_data_for_host(host, op_hash)
-                commands = [str(c.get_raw_value()) if hasattr(c, "get_raw_value") else repr(c)
-                            for c in data.command_generator()]
-                steps.append((name.split(" | ", 1)[1], commands))
+        steps = planned_commands(state, host)
     return steps, read
 
 

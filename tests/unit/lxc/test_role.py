@@ -7,12 +7,12 @@ import pytest
 from pyinfra.api import Config, Inventory, State
 from pyinfra.api.connect import connect_all
 from pyinfra.api.deploy import add_deploy
-from pyinfra.context import ctx_host, ctx_state
 
 from gpunode.roles.lxc_gpu import lxc_gpu
 from gpunode.roles.lxc_gpu.passthrough import DeviceNode
 from gpunode.roles.lxc_gpu.plan import edit_config_text
 from gpunode.roles.profile.container import ContainerSpec
+from tests.unit._planned import planned_commands
 
 DEVICES = {
     "majors": {"nvidia": 195, "nvidiactl": 195, "nvidia-uvm": 510},
@@ -51,16 +51,9 @@ def run_role(facts: dict) -> list[tuple[str, list[str]]]:
     def get_fact(self, cls, *args, **kwargs):
         return facts[cls.__name__]
 
-    plan = []
     with patch("pyinfra.api.host.Host.get_fact", get_fact):
         add_deploy(state, lxc_gpu, [SPEC])
-        with ctx_state.use(state), ctx_host.use(host):
-            for op_hash in state.get_op_order():
-                (name,) = state.get_op_meta(op_hash).names
-                data = state.get_op_data_for_host(host, op_hash)
-                commands = [str(c.get_raw_value()) if hasattr(c, "get_raw_value") else repr(c)
-                            for c in data.command_generator()]
-                plan.append((name.split(" | ", 1)[1], commands))
+        plan = planned_commands(state, host)
     return plan
 
 
