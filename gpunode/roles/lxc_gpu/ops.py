@@ -53,7 +53,7 @@ from gpunode.roles.profile.container import (
     pct_resize_args,
     pct_set_args,
 )
-from gpunode.roles.pyinfra_adapter import current_state, is_executing, run_store
+from gpunode.roles.pyinfra_adapter import current_state, host_prefix, is_executing, run_store
 
 PVE_LXC_DIR = "/etc/pve/lxc"
 BACKUP_DIR = "/var/backups/gpunode/pve-lxc"
@@ -214,8 +214,7 @@ def _log_once(message: str) -> None:
         if message in seen:
             return
         seen.add(message)
-    prefix = getattr(host, "print_prefix", None) or f"[{host.name}] "
-    logger.info(f"{prefix}{message}")
+    logger.info(f"{host_prefix(host)}{message}")
 
 
 def refuse_if_locked(vmid: int, config_text: str) -> None:
