@@ -32,7 +32,12 @@ def dry_run(tmp_path: Path, deploy: str, data: dict, exit_code: int = 0) -> str:
     """The log of `pyinfra --dry INVENTORY deploy` with @local given data."""
     inventory = tmp_path / "inventory.py"
     inventory.write_text(f"hosts = [('@local', {data!r})]\n")
-    result = CliRunner().invoke(cli, [str(inventory), deploy, "--dry"], env=os.environ)
+    handlers = list(pyinfra.logger.handlers)  # each in-process run adds the CLI's log handler
+    pyinfra.logger.handlers[:] = []
+    try:
+        result = CliRunner().invoke(cli, [str(inventory), deploy, "--dry"], env=os.environ)
+    finally:
+        pyinfra.logger.handlers[:] = handlers
     log = result.output
     assert "Traceback" not in log, log
     assert result.exit_code == exit_code, log + repr(result.exception)
@@ -98,7 +103,7 @@ def test_host_deploy_tunes_and_verifies_only(tmp_path):
 
 def test_containers_deploy_without_containers_does_nothing(tmp_path):
     log = dry_run(tmp_path, "deploy/containers.py", {})
-    assert "gpunode: GPU containers" not in planned(log)
+    assert "gpunode: containers" not in planned(log)
 
 
 def test_audit_deploy_reports_this_machine(tmp_path):
@@ -113,7 +118,7 @@ def test_containers_deploy_inside_a_container_pins_installs_and_verifies(tmp_pat
     read-back (with --dry nothing is installed; apt offers no NVIDIA package here)."""
     data = {"gpunode_container": {"nvidia_driver": "550.127.05", "gpus": 1}}
     log = dry_run(tmp_path, "deploy/containers.py", data)
-    for operation in ("gpunode: NVIDIA userspace in the container",
+    for operation in ("gpunode: container | ",
                       "Write /etc/apt/preferences.d/90-gpunode-nvidia.pref",
                       "Install NVIDIA userspace 550.127.05 (no kernel module)",
                       "Hold NVIDIA userspace 550.127.05",
@@ -169,5 +174,20 @@ def test_undo_plans_the_host_and_the_timer(tmp_path):
                       "/var/lib/prometheus/node-exporter/gpunode.prom",
                       "Remove /var/lib/prometheus/node-exporter if gpunode",
                       "Remove /var/lib/gpunode"):
-        assert operation in flat(log), operation
+        assert operation in planned(log), operation
     assert "] change: " not in log
+
+
+def test_operation_names_fit_pyinfras_operation_line(tmp_path):
+    """'--> Starting operation: NAME ' (pyinfra prints it for each operation a run executes)
+    within 100 columns: every name at most 75 characters, the deploy's included."""
+    for deploy, data in (("deploy/site.py", {"gpunode": {**PINNED["gpunode"],
+                                                         "nvidia_driver_change": True,
+                                                         "pcie_acs_redirect": "off"}}),
+                         ("deploy/undo.py", {}),
+                         ("deploy/containers.py", {"gpunode_container": {
+                             "nvidia_driver": "550.127.05", "gpus": 1}})):
+        folder = tmp_path / Path(deploy).stem  # pyinfra caches a file's code by its path
+        folder.mkdir()
+        names = planned(dry_run(folder, deploy, data)).splitlines()
+        assert names and not [n for n in names if len(n) > 75], (deploy, names)

@@ -30,7 +30,7 @@ from gpunode.roles.pyinfra_adapter import deploy
 __all__ = ["container_driver"]
 
 
-@deploy("gpunode: NVIDIA userspace in the container")
+@deploy("gpunode: container")
 def container_driver(
     host_driver_version: str,
     settings: ContainerSettings | None = None,

@@ -42,7 +42,7 @@ from gpunode.roles.pyinfra_adapter import deploy
 __all__ = ["lxc_gpu", "lxc_gpu_undo"]
 
 
-@deploy("gpunode: GPU containers")
+@deploy("gpunode: containers")
 def lxc_gpu(containers: list[ContainerSpec]) -> None:
     """Create or converge each container, in declaration order (see the module docstring).
 
@@ -52,13 +52,12 @@ def lxc_gpu(containers: list[ContainerSpec]) -> None:
         label = f"container {spec.vmid} ({spec.hostname})"
         container_created(name=f"Create {label}{spec.hook_note}", spec=spec)
         container_config_lines(
-            name=f"GPU lines of {label} in /etc/pve/lxc/{spec.vmid}.conf{spec.hook_note}",
+            name=f"GPU lines in /etc/pve/lxc/{spec.vmid}.conf{spec.hook_note}",
             spec=spec,
         )
         container_options(name=f"Options of {label}", spec=spec)
         container_restarted(
-            name=f"Restart {label} if it runs an older config"
-            + ("" if spec.restart_allowed else " (not allowed: report only)"),
+            name=f"Restart {label} if needed" + ("" if spec.restart_allowed else " (report only)"),
             spec=spec,
         )
 

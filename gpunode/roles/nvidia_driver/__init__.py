@@ -121,7 +121,7 @@ def nvidia_driver_reads(profile: NodeProfile) -> list[FactRead]:
             FactRead(OwnedFiles, {"paths": [PREFERENCES_FILE]}), FactRead(AptHolds)]
 
 
-@deploy("gpunode: NVIDIA driver")
+@deploy("gpunode: driver")
 def nvidia_driver(profile: NodeProfile) -> None:
     """Pin and hold the driver, check its module flavour; install only when allowed."""
     wanted, why, have = node_flavour_plan(profile)

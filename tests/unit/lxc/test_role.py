@@ -66,9 +66,9 @@ def test_fresh_host_creates_with_the_gpu_lines_then_starts():
     plan = run_role({**HOST, "PctList": {}, "PveLxcConfigText": None})
     assert [name for name, _ in plan] == [
         "Create container 110 (llm-a)",
-        "GPU lines of container 110 (llm-a) in /etc/pve/lxc/110.conf",
+        "GPU lines in /etc/pve/lxc/110.conf",
         "Options of container 110 (llm-a)",
-        "Restart container 110 (llm-a) if it runs an older config (not allowed: report only)",
+        "Restart container 110 (llm-a) if needed (report only)",
     ]
     create = plan[0][1]
     assert create[0].startswith("pct create 110 ") and create[-1] == "pct start 110"
