@@ -55,8 +55,9 @@ class PyinfraRun:
 
 
 def change_lines(log: str) -> list[str]:
-    """Lines logged by gpunode.roles.ops.changes.report_change, prefix removed, a wrapped
-    '(where)' joined back, each once, in order."""
+    """Lines logged by gpunode.roles.ops.changes.report_change, prefix removed, the lines it
+    wrapped past 100 columns (indented under the change, a '(where)' last) joined back, each
+    once, in order."""
     lines: list[str] = []
     joinable = False
     for line in log.splitlines():
@@ -64,9 +65,9 @@ def change_lines(log: str) -> list[str]:
         if text.startswith("[") and CHANGE_MARK in text:
             lines.append(text.split(CHANGE_MARK, 1)[1])
             joinable = True
-        elif joinable and text.startswith("("):
+        elif joinable and line.startswith(" " * 9) and text and not text.startswith("["):
             lines[-1] = f"{lines[-1]} {text}"
-            joinable = False
+            joinable = not text.startswith("(")
         else:
             joinable = False
     return list(dict.fromkeys(lines))

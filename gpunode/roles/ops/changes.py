@@ -84,15 +84,25 @@ def report_change(setting: str, old: str | None = None, new: str | None = None,
 
 def _log(message: str) -> None:
     """One log line; past WIDTH columns (with pyinfra's indent and the host prefix) the
-    trailing '(where)' goes on a line of its own."""
+    trailing '(where)' goes on a line of its own, and a change still too long continues on
+    lines of its own, each indented under the change."""
     prefix = host_prefix(host)
-    head, sep, tail = message.rpartition(" (")
     indent = len(host.name) + 7  # pyinfra's 4 spaces, the brackets and a space
-    if sep and indent + len(message) > WIDTH:
-        logger.info(f"{prefix}{head}")
-        logger.info(f"{' ' * indent}  ({tail}")
+    if indent + len(message) <= WIDTH:
+        logger.info(f"{prefix}{message}")
         return
-    logger.info(f"{prefix}{message}")
+    head, sep, tail = message.rpartition(" (")
+    if not sep or not tail.endswith(")"):
+        head, sep = message, ""
+    more = " " * indent + "  "
+    lines = textwrap.wrap(head, WIDTH - 4, initial_indent=" " * (indent - 4),
+                          subsequent_indent=more, break_on_hyphens=False,
+                          break_long_words=False)
+    logger.info(f"{prefix}{lines[0].strip()}")
+    for line in lines[1:]:
+        logger.info(line)
+    if sep:
+        logger.info(f"{more}({tail}")
 
 
 def wrapped(text: str, width: int = WIDTH - 4) -> str:
