@@ -167,7 +167,7 @@ def undo_node(targets: UndoTargets) -> None:
     for path in targets.created_files:
         owned_file_removed(name=f"Remove {path}", dest=path)
     for folder, gone in targets.created_folders.items():
-        created_folder_removed(name=f"Remove {folder} if gpunode created it", path=folder,
+        created_folder_removed(name=f"Remove {folder} if gpunode made it", path=folder,
                                gone=gone)
     for path, refresh in targets.edited_files.items():
         edited_file_restored(name=f"Put back {path}", dest=path, refresh=refresh)

@@ -149,5 +149,5 @@ def verify_timer_off(metrics_dir: str) -> None:
         owned_file_removed(name=f"Put back {path}", dest=path, after=after)
     owned_file_removed(name=f"Remove {metrics_dir}/{METRICS_FILE_NAME}",
                        dest=f"{metrics_dir}/{METRICS_FILE_NAME}")
-    created_folder_removed(name=f"Remove {metrics_dir} if gpunode created it",
+    created_folder_removed(name=f"Remove {metrics_dir} if gpunode made it",
                            path=metrics_dir, gone=[METRICS_FILE_NAME])
