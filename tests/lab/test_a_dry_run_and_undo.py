@@ -39,8 +39,9 @@ DRIFTS = {
 # pciutils rebuilt from its installed files, so the test can put it back without a network.
 REPACK_PCIUTILS = (
     "set -e; d=/root/pciutils-repack; rm -rf $d; mkdir -p $d/DEBIAN; "
-    "dpkg -L pciutils | while read f; do if [ -f \"$f\" ] || [ -L \"$f\" ]; then "
-    "cp -a --parents \"$f\" $d; fi; done; "
+    "dpkg -L pciutils | while read f; do "
+    "if [ -f \"$f\" ] || { [ -L \"$f\" ] && [ ! -d \"$f\" ]; }; then "
+    "mkdir -p \"$d${f%/*}\"; cp -a \"$f\" \"$d$f\"; fi; done; "
     "dpkg -s pciutils | grep -v '^Status:\\|^Conffiles:' > $d/DEBIAN/control; "
     "dpkg-deb -b $d /root/pciutils.deb >/dev/null"
 )
