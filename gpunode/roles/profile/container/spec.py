@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from gpunode.roles.profile.allowed import shown
 from gpunode.roles.profile.container.lxc_lines import parse_extra_lxc_line
@@ -26,6 +26,17 @@ _OSTEMPLATE_RE = re.compile(
     r"\.(?:tar\.(?:gz|xz|zst)|tgz)"
 )
 _STORAGE_RE = re.compile(r"[A-Za-z][A-Za-z0-9\-_.]{0,62}[A-Za-z0-9]")
+
+#: field -> (anchored pattern, what a value must be): the fields checked by pattern alone.
+_PATTERNS = {
+    "hostname": (_HOSTNAME_RE, "must be one RFC 1123 label: letters, digits and '-', 1-63 "
+                 "characters, not starting or ending with '-' (no dots, no underscores)"),
+    "ostemplate": (_OSTEMPLATE_RE, "must be 'STORAGE:vztmpl/FILE.tar.zst' (or .tar.gz/.tar.xz; "
+                   "FILE of letters, digits, _ . + -), e.g. "
+                   "'local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst'"),
+    "rootfs_storage": (_STORAGE_RE, "must be a Proxmox storage id such as 'local-lvm' or "
+                       "'local-zfs'"),
+}
 #: Upper bounds: Proxmox's own limits where it has one, else far beyond any real host.
 MAX_MEMORY_MIB = 64 * 1024 * 1024
 MAX_DISK_GIB = 1024 * 1024
@@ -242,32 +253,12 @@ class ContainerSpec(BaseModel):
         ),
     )
 
-    @field_validator("hostname")
+    @field_validator("hostname", "ostemplate", "rootfs_storage")
     @classmethod
-    def _hostname(cls, value: str) -> str:
-        if not _HOSTNAME_RE.fullmatch(value):
-            raise ValueError(
-                "must be one RFC 1123 label: letters, digits and '-', 1-63 characters, "
-                "not starting or ending with '-' (no dots, no underscores)"
-            )
-        return value
-
-    @field_validator("ostemplate")
-    @classmethod
-    def _ostemplate(cls, value: str) -> str:
-        if not _OSTEMPLATE_RE.fullmatch(value):
-            raise ValueError(
-                "must be 'STORAGE:vztmpl/FILE.tar.zst' (or .tar.gz/.tar.xz; FILE of letters, "
-                "digits, _ . + -), e.g. "
-                "'local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst'"
-            )
-        return value
-
-    @field_validator("rootfs_storage")
-    @classmethod
-    def _storage(cls, value: str) -> str:
-        if not _STORAGE_RE.fullmatch(value):
-            raise ValueError("must be a Proxmox storage id such as 'local-lvm' or 'local-zfs'")
+    def _pattern(cls, value: str, info: ValidationInfo) -> str:
+        pattern, message = _PATTERNS[info.field_name or ""]
+        if not pattern.fullmatch(value):
+            raise ValueError(message)
         return value
 
     @field_validator("net0")
