@@ -16,6 +16,7 @@ import pytest
 from gpunode.roles.host_tuning import LIMITS_FILE, MODULES_FILE
 from gpunode.roles.profile.loader import load_profile
 from lab.profile import LAB_PROFILE, LAB_STAND_IN_MODULE
+from tests.lab.guest import sh
 from tests.lab.node_snapshot import snapshot
 from tests.lab.pyinfra_cli import PyinfraRun, run_pyinfra
 
@@ -45,12 +46,6 @@ REPACK_PCIUTILS = (
     "dpkg -s pciutils | grep -v '^Status:\\|^Conffiles:' > $d/DEBIAN/control; "
     "dpkg-deb -b $d /root/pciutils.deb >/dev/null"
 )
-
-
-def sh(vm, command: str) -> str:
-    rc, out, err = vm.ssh(command)
-    assert rc == 0, f"{command}: rc={rc} {err}"
-    return out
 
 
 def state_of(vm) -> dict:

@@ -13,6 +13,7 @@ from gpunode.roles.host_tuning import BOOT_SCRIPT, OWNED_FILES, SYSCTL_FILE
 from gpunode.roles.ops.pcie import write_and_verify_command
 from gpunode.roles.profile.loader import load_profile
 from lab.profile import LAB_PROFILE, LAB_SELECTOR
+from tests.lab.guest import sh
 from tests.lab.pyinfra_cli import run_pyinfra
 
 pytestmark = pytest.mark.lab
@@ -23,12 +24,6 @@ AUDIT = "deploy/audit.py"
 
 def lab_profile():
     return load_profile("gpunode-lab", {"gpunode": LAB_PROFILE})
-
-
-def sh(vm, command: str) -> str:
-    rc, out, err = vm.ssh(command)
-    assert rc == 0, f"{command}: rc={rc} {err}"
-    return out
 
 
 def pci_devices(vm) -> dict[str, str]:

@@ -13,17 +13,12 @@ import time
 import pytest
 
 from gpunode.roles.host_tuning import OWNED_FILES, SYSCTL_FILE
+from tests.lab.guest import sh
 from tests.lab.pyinfra_cli import LAB_INVENTORY, REPO, pyinfra_bin, run_pyinfra
 
 pytestmark = pytest.mark.lab
 
 SITE = "deploy/site.py"
-
-
-def sh(vm, command: str) -> str:
-    rc, out, err = vm.ssh(command)
-    assert rc == 0, f"{command}: rc={rc} {err}"
-    return out
 
 
 def test_deploy_killed_mid_run_converges_next_time(lab_vm):

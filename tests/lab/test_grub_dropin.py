@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from tests.lab.guest import sh
 from tests.lab.pyinfra_cli import run_pyinfra
 
 pytestmark = pytest.mark.lab
@@ -15,12 +16,6 @@ CONFLICT = "/etc/default/grub.d/50-gpunode-lab-conflict.cfg"
 OURS = "/etc/default/grub.d/zz-gpunode.cfg"
 # One parameter no earlier test set: the apply must reboot to make it live.
 ENV = {"GPUNODE_LAB_REBOOT": "1", "GPUNODE_LAB_CMDLINE": "gpunode.grub_dropin=1"}
-
-
-def sh(vm, command: str) -> str:
-    rc, out, err = vm.ssh(command)
-    assert rc == 0, f"{command}: rc={rc} {err}"
-    return out
 
 
 def test_conflicting_dropin_is_overridden_and_converges(lab_vm):

@@ -48,6 +48,7 @@ from gpunode.roles.lxc_gpu.passthrough import (
 )
 from gpunode.roles.lxc_gpu.plan import edit_config_text
 from gpunode.roles.profile.container import ContainerSpec
+from tests.lab.guest import sh
 
 pytestmark = pytest.mark.lab
 
@@ -61,12 +62,6 @@ PVE_CONF = (
     "arch: amd64\ncores: 1\nhostname: gpunode-lxc-lab\nmemory: 256\n"
     "rootfs: local:110/vm-110-disk-0.raw,size=1G\nswap: 0\nunprivileged: 0\n"
 )
-
-
-def sh(vm, command: str, timeout: float = 120) -> str:
-    rc, out, err = vm.ssh(command, timeout=timeout)
-    assert rc == 0, f"{command}\nrc={rc}\n{out}\n{err}"
-    return out
 
 
 def cleanup(vm) -> None:

@@ -15,6 +15,7 @@ import re
 import pytest
 
 from gpunode.roles.ops.nvidia_pin import PREFERENCES_FILE
+from tests.lab.guest import sh
 from tests.lab.pyinfra_cli import run_pyinfra
 
 pytestmark = pytest.mark.lab
@@ -30,12 +31,6 @@ printf 'Package: {PACKAGE}\\nVersion: {DRIVER}-1\\nArchitecture: all\\nMaintaine
 dpkg-deb --build "$d" /tmp/{PACKAGE}.deb >/dev/null && dpkg -i /tmp/{PACKAGE}.deb >/dev/null
 rm -rf "$d" /tmp/{PACKAGE}.deb
 """
-
-
-def sh(vm, command: str) -> str:
-    rc, out, err = vm.ssh(command)
-    assert rc == 0, f"{command}: rc={rc} {err}"
-    return out
 
 
 @pytest.fixture

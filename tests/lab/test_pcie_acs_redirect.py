@@ -12,6 +12,7 @@ import pytest
 
 from gpunode.roles.ops.pcie import ACS_REDIRECT_MASK
 from lab.vm import LabVM
+from tests.lab.guest import sh
 from tests.lab.pyinfra_cli import run_pyinfra
 
 pytestmark = pytest.mark.lab
@@ -22,22 +23,16 @@ STANDIN = "8086:10d3"
 ACS_OP = "Clear ACS redirect bits above matched devices"
 
 
-def _run(vm: LabVM, command: str) -> str:
-    rc, out, err = vm.ssh(command)
-    assert rc == 0, f"{command!r} failed ({rc}): {err}"
-    return out
-
-
 def _parent(vm: LabVM, bdf: str) -> str:
-    return _run(vm, f"basename $(dirname $(readlink -f /sys/bus/pci/devices/{bdf}))").strip()
+    return sh(vm, f"basename $(dirname $(readlink -f /sys/bus/pci/devices/{bdf}))").strip()
 
 
 def _acs(vm: LabVM, bdf: str) -> int:
-    return int(_run(vm, f"setpci -s {bdf} ECAP_ACS+0x6.w").strip(), 16)
+    return int(sh(vm, f"setpci -s {bdf} ECAP_ACS+0x6.w").strip(), 16)
 
 
 def test_acs_redirect_cleared_on_the_standins_root_ports_only(lab_vm: LabVM) -> None:
-    lines = _run(lab_vm, "lspci -D -n").splitlines()
+    lines = sh(lab_vm, "lspci -D -n").splitlines()
     standins = [line.split()[0] for line in lines if f" {STANDIN}" in line]
     others = [line.split()[0] for line in lines if " 1af4:1041" in line]
     ports = sorted({_parent(lab_vm, bdf) for bdf in standins})
@@ -45,7 +40,7 @@ def test_acs_redirect_cleared_on_the_standins_root_ports_only(lab_vm: LabVM) -> 
     assert len(ports) == 2 and other_ports, (ports, other_ports)
     # Linux enabled ACS (SrcValid, ReqRedir, CmpltRedir, UpstreamFwd) on every root port.
     for port in ports + other_ports:
-        _run(lab_vm, f"setpci -s {port} ECAP_ACS+0x6.w=001d:{ACS_REDIRECT_MASK:04x}")
+        sh(lab_vm, f"setpci -s {port} ECAP_ACS+0x6.w=001d:{ACS_REDIRECT_MASK:04x}")
     before = {port: _acs(lab_vm, port) for port in ports + other_ports}
     assert all(v & ACS_REDIRECT_MASK for v in before.values()), before
 
@@ -56,15 +51,15 @@ def test_acs_redirect_cleared_on_the_standins_root_ports_only(lab_vm: LabVM) -> 
         after = _acs(lab_vm, port)
         assert after & ACS_REDIRECT_MASK == 0, hex(after)
         assert after & ~ACS_REDIRECT_MASK == before[port] & ~ACS_REDIRECT_MASK
-        assert "ReqRedir-" in _run(lab_vm, f"lspci -vvv -s {port} | grep ACSCtl")
+        assert "ReqRedir-" in sh(lab_vm, f"lspci -vvv -s {port} | grep ACSCtl")
     for port in other_ports:  # the NIC's root port is not above a matched device
         assert _acs(lab_vm, port) == before[port]
     again = run_pyinfra(HOST, "--dry", env=ACS_OFF).planned_changes()
     assert not any(name.endswith(ACS_OP) for name in again), again
 
     # Boot half: config space comes back with the bits set; the boot script clears them again.
-    _run(lab_vm, f"setpci -s {ports[0]} ECAP_ACS+0x6.w=001d:{ACS_REDIRECT_MASK:04x}")
-    log = _run(lab_vm, "/usr/local/sbin/gpunode-tune")
+    sh(lab_vm, f"setpci -s {ports[0]} ECAP_ACS+0x6.w=001d:{ACS_REDIRECT_MASK:04x}")
+    log = sh(lab_vm, "/usr/local/sbin/gpunode-tune")
     rest = before[ports[0]] & ~ACS_REDIRECT_MASK
     assert f"{ports[0]}: ACSCtl {rest | 0x1d:04x} -> {rest:04x} (redirect off)" in log
     assert f"{ports[1]}: ACS redirect off" in log

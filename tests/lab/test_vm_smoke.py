@@ -9,17 +9,12 @@ import paramiko
 import pytest
 
 from lab.vm import LabVM
+from tests.lab.guest import sh
 
 pytestmark = pytest.mark.lab
 
 STANDIN = "8086:10d3"
 VIRTIO_NET = "1af4:1041"
-
-
-def _run(vm: LabVM, command: str) -> str:
-    rc, out, err = vm.ssh(command)
-    assert rc == 0, f"{command!r} failed ({rc}): {err}"
-    return out
 
 
 def _bdfs(lspci: str, ids: str) -> list[str]:
@@ -31,7 +26,7 @@ def test_ssh_uses_the_pinned_host_key(lab_vm: LabVM) -> None:
     assert state is not None
     pinned = Path(state.known_hosts).read_text().split()
     assert pinned[0] == f"[127.0.0.1]:{state.port}" and pinned[1] == "ssh-ed25519"
-    assert _run(lab_vm, "id -un").strip() == "root"
+    assert sh(lab_vm, "id -un").strip() == "root"
 
 
 def test_ssh_refuses_an_unknown_host_key(lab_vm: LabVM, tmp_path: Path) -> None:
@@ -50,13 +45,13 @@ def test_ssh_refuses_an_unknown_host_key(lab_vm: LabVM, tmp_path: Path) -> None:
 
 
 def test_two_numa_nodes(lab_vm: LabVM) -> None:
-    assert _run(lab_vm, "cat /sys/devices/system/node/online").strip() == "0-1"
-    assert _run(lab_vm, "test -d /sys/devices/system/node/node1 && echo yes").strip() == "yes"
-    assert _run(lab_vm, "cat /proc/sys/kernel/numa_balancing").strip() in ("0", "1")
+    assert sh(lab_vm, "cat /sys/devices/system/node/online").strip() == "0-1"
+    assert sh(lab_vm, "test -d /sys/devices/system/node/node1 && echo yes").strip() == "yes"
+    assert sh(lab_vm, "cat /proc/sys/kernel/numa_balancing").strip() in ("0", "1")
 
 
 def test_pcie_standins_and_virtio_nic(lab_vm: LabVM) -> None:
-    lspci = _run(lab_vm, "lspci -D -nn")
+    lspci = sh(lab_vm, "lspci -D -nn")
     standins = _bdfs(lspci, STANDIN)
     assert len(standins) == 2, lspci
     assert all("Ethernet controller [0200]" in line
@@ -66,15 +61,15 @@ def test_pcie_standins_and_virtio_nic(lab_vm: LabVM) -> None:
 
 
 def test_setpci_reads_device_control(lab_vm: LabVM) -> None:
-    standins = _bdfs(_run(lab_vm, "lspci -D -nn"), STANDIN)
+    standins = _bdfs(sh(lab_vm, "lspci -D -nn"), STANDIN)
     for bdf in standins:
-        value = _run(lab_vm, f"setpci -s {bdf} CAP_EXP+8.w").strip()
+        value = sh(lab_vm, f"setpci -s {bdf} CAP_EXP+8.w").strip()
         assert re.fullmatch(r"[0-9a-f]{4}", value), value
-        assert "MaxReadReq" in _run(lab_vm, f"lspci -s {bdf} -vv")
+        assert "MaxReadReq" in sh(lab_vm, f"lspci -s {bdf} -vv")
 
 
 def test_booted_through_grub(lab_vm: LabVM) -> None:
-    cmdline = _run(lab_vm, "cat /proc/cmdline")
+    cmdline = sh(lab_vm, "cat /proc/cmdline")
     assert cmdline.startswith("BOOT_IMAGE=/boot/vmlinuz-"), cmdline
     assert "console=ttyS0" in cmdline
     assert "root=UUID=" in cmdline
