@@ -1,12 +1,15 @@
 """--dry held to its word, value for value, and undo back to the fresh guest (issue #14).
 
-Runs first in the lab session (file name), on the fresh guest: record it; --dry then the real
-run (the same change lines, --dry changes nothing, the re-run changes nothing); the drift
-cases in one batch (same checks); a package with no installation candidate (refused by --dry
-and by the run, before any change); then reboot, undo (its --dry lines equal its run's, a
-second undo changes nothing), reboot, and the guest equals the fresh one: the files gpunode
-writes or edits (byte-identical, same owner and mode, or absent), the sysctls, /proc/cmdline,
-the holds, the modules, the boot unit. The tests after it get a guest that went through undo.
+Runs first in the lab session (file name), on the fresh guest, with the opt-in verify timer on:
+record it; --dry then the real run (the same change lines, --dry changes nothing, the re-run
+changes nothing); the drift cases in one batch (same checks); a package with no installation
+candidate (refused by --dry and by the run, before any change); a drop-in in
+/etc/default/grub.d that overrides the cmdline (gpunode's own drop-in, read last, wins through
+the reboot); then reboot, undo (its --dry lines equal its run's, a second undo changes
+nothing), reboot, and the guest equals the fresh one: the files gpunode writes or edits
+(byte-identical, same owner and mode, or absent; the timer's files and the metrics folders it
+made), the sysctls, /proc/cmdline, the holds, the modules, the boot unit and the timer. The
+tests after it get a guest that went through undo.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ pytestmark = pytest.mark.lab
 SITE = "deploy/site.py"
 UNDO = "deploy/undo.py"
 PROFILE = load_profile("gpunode-lab", {"gpunode": LAB_PROFILE})
+TIMER_ON = {"GPUNODE_LAB_VERIFY_TIMER": "1"}  # every run: the timer's undo is proven here
+CONFLICT = "/etc/default/grub.d/50-gpunode-lab-conflict.cfg"
+OURS = "/etc/default/grub.d/zz-gpunode.cfg"
 
 # Each drift, and the change line the next run must name for it.
 DRIFTS = {
@@ -56,13 +62,13 @@ def dry_then_run(vm, deploy: str) -> tuple[PyinfraRun, PyinfraRun]:
     """--dry (the guest unchanged by it), then the real run; both succeed with the same
     change lines; a --dry after it plans nothing."""
     before = state_of(vm)
-    dry = run_pyinfra(deploy, "--dry")
+    dry = run_pyinfra(deploy, "--dry", env=TIMER_ON)
     assert dry.returncode == 0, dry.log
     assert state_of(vm) == before, "--dry changed the guest"
-    run = run_pyinfra(deploy, "-y")
+    run = run_pyinfra(deploy, "-y", env=TIMER_ON)
     assert run.returncode == 0, run.log
     assert dry.change_lines() == run.change_lines(), (dry.change_lines(), run.change_lines())
-    again = run_pyinfra(deploy, "--dry")
+    again = run_pyinfra(deploy, "--dry", env=TIMER_ON)
     assert again.planned_changes() == [] and again.change_lines() == [], again.log
     return dry, run
 
@@ -80,6 +86,7 @@ def test_1_fresh_guest_dry_run_equals_the_run(lab_vm, fresh):
     assert any(line.startswith("/var/lib/gpunode/state.json (absent) ->") for line in lines)
     assert sh(lab_vm, "test -f /var/lib/gpunode/originals/etc/default/grub && echo kept") \
         == "kept\n"
+    assert state_of(lab_vm)["timer"] == "enabled"
 
 
 def test_2_drifts_dry_run_equals_the_run(lab_vm, fresh):
@@ -97,7 +104,7 @@ def test_3_no_installation_candidate_is_refused_before_any_change(lab_vm, fresh)
     try:
         before = state_of(lab_vm)
         for args in (("--dry",), ("-y",)):
-            run = run_pyinfra(SITE, *args)
+            run = run_pyinfra(SITE, *args, env=TIMER_ON)
             assert run.returncode == 1, run.log
             assert "refused before any change: package pciutils is not installed and apt " \
                    "has no installation candidate" in " ".join(run.log.split())  # wrapped
@@ -107,9 +114,21 @@ def test_3_no_installation_candidate_is_refused_before_any_change(lab_vm, fresh)
     dry_then_run(lab_vm, SITE)
 
 
-def test_4_undo_puts_the_fresh_guest_back(lab_vm, fresh):
+def test_4_a_dropin_that_overrides_the_cmdline_is_overridden(lab_vm, fresh):
+    sh(lab_vm, f"printf '%s\\n' 'GRUB_CMDLINE_LINUX_DEFAULT=\"quiet processor.max_cstate=5\"' "
+               f"> {CONFLICT}")
+    dry, _ = dry_then_run(lab_vm, SITE)
+    assert any("processor.max_cstate" in line for line in dry.change_lines()), dry.log
+    assert "GRUB_CMDLINE_LINUX_DEFAULT='quiet processor.max_cstate=1" in sh(lab_vm, f"cat {OURS}")
+
+
+def test_5_undo_puts_the_fresh_guest_back(lab_vm, fresh):
     lab_vm.reboot()  # the cmdline gpunode set goes live
-    assert state_of(lab_vm)["cmdline"] != fresh["cmdline"]
+    cmdline = state_of(lab_vm)["cmdline"]
+    assert cmdline != fresh["cmdline"]
+    assert "processor.max_cstate=1" in cmdline and "processor.max_cstate=5" not in cmdline
+    assert "quiet" in cmdline  # the overriding drop-in's own tokens are kept
+    sh(lab_vm, f"rm {CONFLICT}")  # the user's file: undo keeps it; the fresh guest had none
     dry, run = dry_then_run(lab_vm, UNDO)
     lines = dry.change_lines()
     assert "apt-mark linux-image-" in " ".join(lines), lines
