@@ -28,6 +28,9 @@ pyproject.toml), so an upgrade that changes one fails there and not in a deploy:
 - ``fit_cli_tables``: the pyinfra CLI's "Detected changes" and "Results" tables fitted to
   100 columns, and "no operations" instead of an empty table (``pyinfra_cli.prints.print_rows``,
   which both call; pyinfra 3.10 has no option for their width);
+- ``drop_connection``: close a host's connection for good before a reconnect (pyinfra's
+  ``clear_askpass_cache``, the SSH connector's paramiko ``client``, ``Host.disconnect``: the
+  SSH connector's own ``disconnect`` leaves its client open);
 - ``deploy``: pyinfra's ``@deploy``, typed as the function it wraps. pyinfra types a decorated
   deploy or operation as ``PyinfraOperation``, whose ``__call__`` puts its global arguments
   (``_sudo``, ...) before the function's own, so a positional call (``site_tuning(profile)``)
@@ -48,6 +51,7 @@ from pyinfra.api import deploy as _pyinfra_deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.host import Host
 from pyinfra.api.state import BaseStateCallback, State, StateStage
+from pyinfra.connectors.util import clear_askpass_cache
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra.operations.util.files import generate_color_diff
 
@@ -60,6 +64,7 @@ __all__ = [
     "current_state",
     "deploy",
     "diff_requested",
+    "drop_connection",
     "fail_host",
     "fit_cli_tables",
     "fitted_rows",
@@ -290,3 +295,18 @@ def diff_requested() -> bool:
 def color_diff(old_lines: Sequence[str], new_lines: Sequence[str]) -> list[str]:
     """pyinfra's unified diff of two line lists (``@@`` hunks, ``- ``/``+ `` lines coloured)."""
     return list(generate_color_diff(list(old_lines), list(new_lines)))
+
+
+def drop_connection(host: Any) -> None:
+    """Close host's connection for good, without running anything on it (it may be gone, as
+    after a reboot): the askpass paths of the old session forgotten (pyinfra's
+    clear_askpass_cache, else disconnect would run ``rm`` over the dead connection), the SSH
+    connector's paramiko client closed (pyinfra's SSHConnector.disconnect leaves it open: its
+    socket and transport stay until the process ends), then Host.disconnect. Connectors
+    without a client (@local, @pct) only disconnect."""
+    clear_askpass_cache(host)
+    client = getattr(getattr(host, "connector", None), "client", None)
+    if client is not None and callable(getattr(client, "close", None)):
+        with contextlib.suppress(Exception):
+            client.close()
+    host.disconnect()

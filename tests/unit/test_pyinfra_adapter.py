@@ -329,3 +329,22 @@ def test_color_diff_is_a_unified_diff_with_pyinfras_markers():
     assert [plain(line) for line in lines] == ["@@ -1,3 +1,4 @@", "  a", "- b", "+ B", "  c",
                                                "+ d"]
     assert adapter.color_diff(["same\n"], ["same\n"]) == []
+
+
+def test_pyinfras_ssh_disconnect_leaves_its_client_open_so_drop_connection_closes_it(local):
+    from pyinfra.connectors.ssh import SSHConnector
+
+    closed = []
+    client = type("Client", (), {"close": lambda self: closed.append(1)})()
+    connector = SSHConnector.__new__(SSHConnector)
+    connector.client = client
+    connector.disconnect()
+    assert closed == []  # pyinfra 3.10: the old session stays open (drop_connection's reason)
+
+    state, host = local
+    host.connector.client = client
+    host.connector_data["sudo_askpass_path"] = "/tmp/pyinfra-askpass-x"
+    with ctx_state.use(state), ctx_host.use(host):
+        adapter.drop_connection(host)
+    assert closed == [1] and host.connected is False
+    assert not host.connector_data["sudo_askpass_path"]  # forgotten, not rm'd over a dead link
