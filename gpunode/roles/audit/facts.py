@@ -13,7 +13,7 @@ One round trip gathers, as marker-separated sections (gpunode.roles.facts.sectio
 - topo_m, topo_p2p_r, topo_p2p_w: `nvidia-smi topo -m`, `topo -p2p r`, `topo -p2p w`
   (gpunode.roles.facts.gpu_topology);
 - nvidia_packages: `dpkg-query -W` over the NVIDIA packages (parse_dpkg_query);
-- kernels: `uname -r`, kernel packages, `apt-mark showhold` (parse_installed_kernels);
+- kernels: `uname -r`, kernel packages, the held packages (parse_installed_kernels);
 - pveversion, boot_kernels: `pveversion`, `proxmox-boot-tool kernel list`;
 - has_pct, pct_list: `pct list` (parse_pct_list);
 - ct_config:VMID: base64 of /etc/pve/lxc/VMID.conf (parse_pve_lxc_config_fact);

@@ -1,4 +1,4 @@
-"""apt holds (`apt-mark showhold`): pyinfra has no fact for them (pyinfra issue #1334)."""
+"""apt holds and installation candidates: pyinfra has no fact for them (pyinfra issue #1334)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,19 @@ import shlex
 
 from pyinfra.api import FactBase
 
+#: The packages on hold, one a line, named as `apt-mark showhold` names them (the native
+#: architecture's ":amd64" left off), read from dpkg's selections, where `apt-mark hold` puts a
+#: hold: dpkg-query reads only dpkg's status file (~10 ms on a host with 2,500 packages) where
+#: apt-mark builds apt's whole cache first (~0.7 s there, more on a slow node).
+HOLDS_COMMAND = (
+    "dpkg-query -W -f='${db:Status-Want} ${binary:Package}\\n' 2>/dev/null | "
+    "awk -v arch=\":$(dpkg --print-architecture)\" "
+    "'$1 == \"hold\" { sub(arch \"$\", \"\", $2); print $2 }'"
+)
+
 
 def parse_showhold(text: str) -> list[str]:
-    """Package names, one a line, from `apt-mark showhold`."""
+    """Package names, one a line (HOLDS_COMMAND's or `apt-mark showhold`'s output)."""
     return sorted({line.strip() for line in text.splitlines() if line.strip()})
 
 
@@ -16,10 +26,10 @@ class AptHolds(FactBase):
     """Packages on hold."""
 
     def requires_command(self, *args: object, **kwargs: object) -> str:
-        return "apt-mark"
+        return "dpkg-query"
 
     def command(self) -> str:
-        return "apt-mark showhold"
+        return HOLDS_COMMAND
 
     def process(self, output: list[str]) -> list[str]:
         return parse_showhold("\n".join(output))
@@ -40,13 +50,21 @@ def parse_apt_cache_policy(text: str) -> dict[str, str | None]:
 
 
 class AptCandidates(FactBase):
-    """The version apt would install of each package (None: no installation candidate)."""
+    """The version apt would install of each package that is not installed (None: no
+    installation candidate); installed packages are left out: apt-cache loads apt's whole
+    cache (~0.7 s on a host with 2,500 packages), so it runs only when one is missing."""
 
     def requires_command(self, *args: object, **kwargs: object) -> str:
         return "apt-cache"
 
     def command(self, packages: list[str]) -> str:
-        return "apt-cache policy " + " ".join(shlex.quote(p) for p in packages) + " 2>/dev/null"
+        names = " ".join(shlex.quote(p) for p in packages)
+        return (
+            f"set --; for p in {names}; do "
+            "[ \"$(dpkg-query -W -f='${db:Status-Status}' \"$p\" 2>/dev/null)\" = installed ] "
+            "|| set -- \"$@\" \"$p\"; done; "
+            "[ $# -eq 0 ] || apt-cache policy \"$@\" 2>/dev/null"
+        )
 
     def process(self, output: list[str]) -> dict[str, str | None]:
         return parse_apt_cache_policy("\n".join(output))

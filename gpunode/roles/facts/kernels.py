@@ -5,7 +5,8 @@
 - `dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n' 'linux-image-*'
   'proxmox-kernel-*' 'pve-kernel-*'` ("proxmox-kernel-6.8.12-4-pve-signed 6.8.12-4 ii ");
   `dpkg -l` lines ("ii  pve-kernel-5.15.30-2-pve  5.15.30-3  amd64  ...") are read as well;
-- `apt-mark showhold` (one package a line).
+- the held packages, one a line, as `apt-mark showhold` prints them (read from dpkg's
+  selections: `facts.apt.HOLDS_COMMAND`).
 
 Only installed packages count ("ii", or "hi" when held). Package names map to kernel versions:
 `proxmox-kernel-6.17.2-2-pve-signed` and `proxmox-kernel-6.8.12-4-pve` -> "6.17.2-2-pve" /
@@ -27,7 +28,7 @@ import re
 from pydantic import Field
 from pyinfra.api import FactBase
 
-from gpunode.roles.facts.apt import AptHolds
+from gpunode.roles.facts.apt import HOLDS_COMMAND, AptHolds
 
 from .debversion import version_key
 from .sections import FactModel
@@ -153,7 +154,7 @@ def parse_kernel_packages(uname_r: str, dpkg_query_text: str, showhold_text: str
 
 KERNELS_MARKER_UNAME = "--- gpunode: uname -r ---"
 KERNELS_MARKER_DPKG = "--- gpunode: dpkg-query kernels ---"
-KERNELS_MARKER_HOLD = "--- gpunode: apt-mark showhold ---"
+KERNELS_MARKER_HOLD = "--- gpunode: apt-mark showhold ---"  # kept: captured outputs carry it
 
 
 def parse_installed_kernels(text: str) -> KernelPackages:
@@ -192,7 +193,7 @@ class InstalledKernels(FactBase):
             "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n' "
             "'linux-image-*' 'proxmox-kernel-*' 'pve-kernel-*' 2>/dev/null; "
             f"echo '{KERNELS_MARKER_HOLD}'; "
-            "apt-mark showhold 2>/dev/null; true"
+            f"{HOLDS_COMMAND}; true"
         )
 
     def process(self, output: list[str]) -> KernelPackages:
