@@ -54,7 +54,7 @@ from benchlib import (  # noqa: E402
     write_json,
 )
 
-from lab.image import cache_dir, ensure_image  # noqa: E402
+from lab.image import cache_dir, ensure_image, lab_suite  # noqa: E402
 from lab.vm import RUN_DIR_ENV, LabVM  # noqa: E402
 
 ANSIBLE_DIR = BENCH_DIR / "ansible"
@@ -306,10 +306,12 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine_info(),
         "gpunode_revision": git_revision(),
         "pyinfra": pyinfra_version(),
+        "suite": lab_suite(),  # the lab guest's Debian (GPUNODE_LAB_SUITE)
         "other_qemu_at_start": len(before),
         "logs": str(bench.logs),
     }
-    print(f"lab bench: logs in {bench.logs}; other QEMU guests running now: {len(before)}",
+    print(f"lab bench on a Debian {result['suite']} guest: logs in {bench.logs}; "
+          f"other QEMU guests running now: {len(before)}",
           flush=True)
     try:
         if not args.skip_gpunode:
