@@ -50,9 +50,9 @@ def parse_apt_cache_policy(text: str) -> dict[str, str | None]:
 
 
 class AptCandidates(FactBase):
-    """The version apt would install of each package that is not installed (None: no
-    installation candidate); installed packages are left out: apt-cache loads apt's whole
-    cache (~0.7 s on a host with 2,500 packages), so it runs only when one is missing."""
+    """The version apt would install of each package (None: no installation candidate), asked
+    only when one of them is not installed ({} when all are): apt-cache loads apt's whole cache
+    (~0.7 s on a host with 2,500 packages), one dpkg-query and one grep decide first."""
 
     def requires_command(self, *args: object, **kwargs: object) -> str:
         return "apt-cache"
@@ -60,10 +60,9 @@ class AptCandidates(FactBase):
     def command(self, packages: list[str]) -> str:
         names = " ".join(shlex.quote(p) for p in packages)
         return (
-            f"set --; for p in {names}; do "
-            "[ \"$(dpkg-query -W -f='${db:Status-Status}' \"$p\" 2>/dev/null)\" = installed ] "
-            "|| set -- \"$@\" \"$p\"; done; "
-            "[ $# -eq 0 ] || apt-cache policy \"$@\" 2>/dev/null"
+            f"[ \"$(dpkg-query -W -f='${{db:Status-Status}}\\n' {names} 2>/dev/null "
+            f"| grep -cx installed)\" = {len(set(packages))} ] "
+            f"|| apt-cache policy {names} 2>/dev/null"
         )
 
     def process(self, output: list[str]) -> dict[str, str | None]:

@@ -35,7 +35,7 @@ pciutils:
      1:3.9.0-4 500
         500 http://deb.debian.org/debian bookworm/main amd64 Packages
 """
-# dpkg-query -W -f='${db:Status-Status}' PKG: "installed" for these, nothing for the others.
+# dpkg-query -W -f='${db:Status-Status}\n' PKG...: "installed" for these, nothing for the others.
 INSTALLED = ("kmod", "procps")
 
 
@@ -48,8 +48,9 @@ def run_in_shell(tmp_path: Path, command: str) -> list[str]:
     installed = "|".join(INSTALLED)
     stand_ins = {
         "dpkg-query": (f'#!/bin/sh\ncase "$2" in\n'
-                       f"  '-f=${{db:Status-Status}}')\n"
-                       f'    case "$3" in {installed}) printf installed;; esac;;\n'
+                       f"  '-f=${{db:Status-Status}}\\n')\n"
+                       f'    shift 2; for p; do\n'
+                       f'      case "$p" in {installed}) echo installed;; esac; done;;\n'
                        f'  *) cat {tmp_path / "selections"};;\nesac\n'),
         "dpkg": '#!/bin/sh\n[ "$1" = --print-architecture ] && echo amd64\n',
         "apt-cache": (f'#!/bin/sh\necho "$*" >> {tmp_path / "apt-cache.calls"}\n'
@@ -90,10 +91,10 @@ def test_apt_mark_showhold_output_still_parses():
     assert parse_showhold("b\na\n\na\n") == ["a", "b"]
 
 
-def test_candidates_are_asked_of_apt_only_for_missing_packages(tmp_path):
+def test_candidates_are_asked_of_apt_when_a_package_is_missing(tmp_path):
     fact = AptCandidates()
     lines = run_in_shell(tmp_path, fact.command(packages=["kmod", "pciutils", "procps"]))
-    assert apt_cache_calls(tmp_path) == ["policy pciutils"]
+    assert apt_cache_calls(tmp_path) == ["policy kmod pciutils procps"]
     assert fact.process(lines) == {"pciutils": "1:3.9.0-4"}
 
 
