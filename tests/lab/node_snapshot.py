@@ -11,10 +11,12 @@ from gpunode.deploys.undo import EDITED
 from gpunode.roles.facts.cmdline import GPUNODE_GRUB_DROPIN
 from gpunode.roles.host_tuning import BOOT_UNIT, OWNED_FILES
 from gpunode.roles.nvidia_driver import PREFERENCES_FILE
+from gpunode.roles.profile.node import NodeProfile
 from gpunode.roles.verify_timer import METRICS_FILE_NAME, VERIFY_TIMER
 from gpunode.roles.verify_timer import OWNED_FILES as TIMER_FILES
+from tests.lab.guest import sh
 
-METRICS_DIR = "/var/lib/prometheus/node-exporter"  # the profile's default metrics_dir
+METRICS_DIR: str = NodeProfile.model_fields["metrics_dir"].default  # the lab's metrics_dir
 # What the timer's deploy writes, and the folders above the metrics file (absent on the guest
 # before the first deploy with the timer: gpunode made them).
 TIMER_PATHS = [*TIMER_FILES, f"{METRICS_DIR}/{METRICS_FILE_NAME}", METRICS_DIR,
@@ -24,12 +26,6 @@ TIMER_PATHS = [*TIMER_FILES, f"{METRICS_DIR}/{METRICS_FILE_NAME}", METRICS_DIR,
 VOLATILE = {f"{METRICS_DIR}/{METRICS_FILE_NAME}"}
 PATHS = sorted({*OWNED_FILES, PREFERENCES_FILE, *EDITED, GPUNODE_GRUB_DROPIN, *TIMER_PATHS,
                 "/var/lib/gpunode"})
-
-
-def _sh(vm, command: str) -> str:
-    rc, out, err = vm.ssh(command)
-    assert rc == 0, f"{command}: rc={rc} {err}"
-    return out
 
 
 def _file_line(path: str) -> str:
@@ -42,16 +38,16 @@ def _file_line(path: str) -> str:
 
 def snapshot(vm, sysctl_keys: list[str], modules: list[str]) -> dict:
     """The guest's state as a comparable mapping."""
-    files = _sh(vm, "; ".join(_file_line(p) for p in PATHS))
-    sysctls = _sh(vm, "; ".join(
+    files = sh(vm, "; ".join(_file_line(p) for p in PATHS))
+    sysctls = sh(vm, "; ".join(
         f"echo {k}=$(cat /proc/sys/{k.replace('.', '/')} 2>/dev/null || echo missing)"
         for k in sorted(sysctl_keys)))
-    loaded = set(_sh(vm, "ls /sys/module").split())
+    loaded = set(sh(vm, "ls /sys/module").split())
     return {
         "files": dict(line.split(" ", 1) for line in files.splitlines()),
         "sysctls": dict(" ".join(line.split()).split("=", 1) for line in sysctls.splitlines()),
-        "cmdline": _sh(vm, "cat /proc/cmdline").split(),
-        "holds": sorted(_sh(vm, "apt-mark showhold").split()),
+        "cmdline": sh(vm, "cat /proc/cmdline").split(),
+        "holds": sorted(sh(vm, "apt-mark showhold").split()),
         "modules": sorted(loaded & {m.replace("-", "_") for m in modules}),
         "unit": vm.ssh(f"systemctl is-enabled {BOOT_UNIT}")[1].strip() or "not-found",
         "timer": vm.ssh(f"systemctl is-enabled {VERIFY_TIMER}")[1].strip() or "not-found",
