@@ -15,6 +15,7 @@ from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts.files import Directory, Sha1File
 from pyinfra.facts.server import Hostname
+from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from gpunode.roles.audit.facts import AuditFacts
 from gpunode.roles.facts.apt import AptHolds
@@ -25,12 +26,15 @@ from gpunode.roles.facts.cache import (
     cache_for,
     cached_fact,
     cached_read,
+    merged_reads,
     prefetch,
+    widest,
 )
 from gpunode.roles.facts.cpu import CpuPower
 from gpunode.roles.facts.dpkg import InstalledPackages
 from gpunode.roles.facts.kernel_params import KernelParams
 from gpunode.roles.facts.kernels import InstalledKernels
+from gpunode.roles.facts.owned import OwnedFiles
 from tests.lab.pyinfra_cli import run_pyinfra
 
 
@@ -183,6 +187,38 @@ def test_a_wider_kernel_params_read_answers_narrower_ones(local):
     assert sysctls_only is wide and modules_only is wide
     cached_fact(KernelParams, sysctl_keys=["vm.overcommit_memory"], modules=[])
     assert len(calls) == 2  # a key the wide read lacks: read on its own
+
+
+def test_reads_of_a_few_paths_each_share_one_read_and_keep_their_own_values(local, tmp_path):
+    """Three OwnedFiles reads become one section of all their paths; each read still gets
+    what its own read returns (only its paths), and a write to one path drops that path's
+    reads alone."""
+    state, host, calls = local
+    a, b, c = (str(tmp_path / name) for name in ("a.conf", "b.conf", "c.conf"))
+    for path in (a, b):
+        (tmp_path / path).write_text(path)
+    reads = [FactRead(OwnedFiles, {"paths": [a]}), FactRead(OwnedFiles, {"paths": [b, c]}),
+             FactRead(OwnedFiles, {"paths": [a, b]}), FactRead(Hostname)]
+    one_by_one = [host.get_fact(r.fact, **r.kwargs) for r in reads]
+    calls.clear()
+    assert prefetch(reads) == len(reads)
+    assert calls[0][0].get_raw_value().count("sha1sum") == 1
+    assert [cached_read(r) for r in reads] == one_by_one
+    assert len(calls) == 1
+    _operation_ran(host, "write-b", FactChange(OwnedFiles, paths=[b]))
+    cached_read(reads[0])
+    assert len(calls) == 1  # a.conf's own read kept
+    cached_read(reads[1])
+    assert len(calls) == 2
+
+
+def test_merged_reads_and_the_widest_of_a_list():
+    unit = [FactRead(SystemdStatus, {"services": [u]}) for u in ("a.service", "b.service")]
+    assert merged_reads([*unit, FactRead(SystemdEnabled, {"services": ["a.service"]})]) == [
+        FactRead(SystemdStatus, {"services": ["a.service", "b.service"]})]
+    twins = [FactRead(OwnedFiles, {"paths": ["/x", "/y"]}),
+             FactRead(OwnedFiles, {"paths": ["/y", "/x"]})]
+    assert widest([*twins, FactRead(OwnedFiles, {"paths": ["/x"]})]) == twins[:1]
 
 
 def test_bundle_fact_prints_its_reads_readably():

@@ -1,6 +1,15 @@
 """sysctl / modules / memlock parsing and the module plan."""
 
-from gpunode.roles.facts.kernel_params import parse_kernel_params, parse_limits_memlock
+import subprocess
+from pathlib import Path
+
+from gpunode.roles.facts.kernel_params import (
+    SYSCTL_REFUSED_DIR,
+    kernel_params_command,
+    parse_kernel_params,
+    parse_limits_memlock,
+    sysctl_refused_command,
+)
 from gpunode.roles.ops.modules import plan_modules
 from gpunode.roles.ops.sysctl import sysctl_changes
 from tests.unit._sections import sections_text
@@ -15,7 +24,8 @@ Max address space         unlimited            unlimited            bytes
 
 def test_parse_kernel_params():
     state = parse_kernel_params(sections_text(
-        sysctl="kernel.numa_balancing=1\nnet.ipv4.tcp_rmem=4096\t131072\t6291456",
+        sysctl="==> /proc/sys/kernel/numa_balancing <==\n1\n\n"
+               "==> /proc/sys/net/ipv4/tcp_rmem <==\n4096\t131072\t6291456",
         modules="tcp_bbr 20480 0 - Live 0x0\next4 1 2 - Live 0x0\nblock\nnvidia_peermem",
         available="tcp_bbr",
         rdma="",
@@ -60,3 +70,24 @@ def test_module_plan_peermem_with_rdma_loads_and_required_missing_is_flagged():
     plan = plan_modules(state, ["nvidia-peermem", "nvidia_uvm"], ["nvidia_uvm"])
     assert plan.load == ["nvidia_peermem"]
     assert "not available" in plan.missing_required["nvidia_uvm"]
+
+
+def test_sysctls_are_read_in_one_process_from_this_kernel():
+    """The real command on this machine's /proc/sys: a key not on the kernel and a
+    write-only one (vm.drop_caches) are absent, tabs are folded, each value is the file's."""
+    keys = ["vm.swappiness", "net.ipv4.tcp_rmem", "kernel.no_such_key", "vm.drop_caches"]
+    command = kernel_params_command(keys, [])
+    out = subprocess.run(["sh", "-c", command], capture_output=True, text=True).stdout
+    sysctls = parse_kernel_params(out).sysctls
+    assert sysctls == {
+        "vm.swappiness": Path("/proc/sys/vm/swappiness").read_text().strip(),
+        "net.ipv4.tcp_rmem": " ".join(Path("/proc/sys/net/ipv4/tcp_rmem").read_text().split()),
+    }
+
+
+def test_refused_sysctls_are_read_with_shell_builtins(tmp_path):
+    (tmp_path / "vm.swappiness").write_text("10\n")
+    (tmp_path / "net.core.rmem_max").write_text("16777216")  # no final newline
+    command = sysctl_refused_command().replace(SYSCTL_REFUSED_DIR, str(tmp_path))
+    out = subprocess.run(["sh", "-c", command], capture_output=True, text=True).stdout
+    assert sorted(out.splitlines()) == ["net.core.rmem_max=16777216", "vm.swappiness=10"]

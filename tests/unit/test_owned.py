@@ -76,3 +76,24 @@ def test_drift_names_mode_and_owner():
     state = FileState(sha1="x", mode="666", user="nobody", group="root")
     assert state.drift("644") == ["mode 0666 -> 0644", "owner nobody:root -> root:root"]
     assert FileState(sha1="x", mode="644", user="root", group="root").drift("0644") == []
+
+
+def test_owned_files_are_read_by_one_sha1sum_and_one_stat(tmp_path):
+    """Any number of paths: a folder and a missing path are None, a name with spaces and a
+    symlink to a file are read (the link's own mode, as stat without -L gives it)."""
+    spaced = tmp_path / "a b.conf"
+    spaced.write_text("x\n")
+    os.chmod(spaced, 0o640)
+    link = tmp_path / "link.conf"
+    link.symlink_to(spaced)
+    paths = [str(spaced), str(tmp_path), str(tmp_path / "gone"), str(link)]
+    command = OwnedFiles().command(paths)
+    assert command.count("sha1sum") == 1 and command.count("stat ") == 1
+    states = parse_file_states(sh(command, tmp_path))
+    assert set(states) == set(paths)
+    assert states[str(tmp_path)] is None and states[str(tmp_path / "gone")] is None
+    spaced_state, link_state = states[str(spaced)], states[str(link)]
+    assert spaced_state is not None and link_state is not None
+    assert spaced_state.sha1 == link_state.sha1 == "6fcf9dfbd479ed82697fee719b9f8c610a11ff2a"
+    assert spaced_state.mode == "640" and link_state.mode == "777"
+    assert OwnedFiles().command([]) == "true"

@@ -24,8 +24,10 @@ from collections import defaultdict
 from typing import Any
 
 from pyinfra import host as current_host
+from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from gpunode.roles.facts.bundle import FactBundle, FactRead, bundle_values, bundleable
+from gpunode.roles.facts.sections import fact_data
 from gpunode.roles.pyinfra_adapter import (
     StateCallback,
     current_op_hash,
@@ -149,21 +151,78 @@ def _current_cache() -> FactCache | None:
     return cache_for(state) if state is not None else None
 
 
+# Facts whose reads of a few items each merge into one read of all of them: the argument
+# that lists the items, whose value is a mapping keyed by those items. gpunode's own facts
+# say so with a `merged_by` attribute; pyinfra's systemd facts read any number of units.
+_MERGED_BY: dict[type, str] = {SystemdStatus: "services", SystemdEnabled: "services"}
+
+
+def merged_by(fact: type) -> str | None:
+    """The argument along which reads of this fact merge (None: they don't)."""
+    return getattr(fact, "merged_by", None) or _MERGED_BY.get(fact)
+
+
+def _covers(wide: dict[str, Any], narrow: dict[str, Any], argument: str) -> bool:
+    """Same other arguments, and the narrow read's items among the wide read's."""
+    rest = {name: value for name, value in wide.items() if name != argument}
+    return (rest == {name: value for name, value in narrow.items() if name != argument}
+            and set(narrow.get(argument, ())) <= set(wide.get(argument, ())))
+
+
 def answers(wide: FactRead, narrow: FactRead) -> bool:
     """Does the value of `wide` hold everything `narrow` asks for?"""
     if wide.fact is not narrow.fact or (wide.part is not None and wide.part != narrow.part):
         return False
     if wide.kwargs == narrow.kwargs:
         return True
+    argument = merged_by(wide.fact)
+    if argument:
+        return _covers(json.loads(wide.key()), json.loads(narrow.key()), argument)
     check = getattr(wide.fact, "answers", None)
     return bool(check and check(json.loads(wide.key()), narrow.kwargs))
+
+
+def narrowed(read: FactRead, value: Any) -> Any:
+    """A wider read's value cut to the items `read` asks for (facts with merged_by), so that
+    a caller that looks at all of its value sees what its own read would have returned."""
+    argument = merged_by(read.fact)
+    data = fact_data(value)
+    if not argument or not isinstance(data, dict):
+        return value
+    wanted = set(read.kwargs.get(argument, ()))
+    return {item: item_value for item, item_value in data.items() if item in wanted}
+
+
+def merged_reads(reads: list[FactRead]) -> list[FactRead]:
+    """One read per fact (with merged_by) and other arguments, of all the items the reads
+    of it ask for, where two or more reads could share it."""
+    groups: dict[tuple, list[FactRead]] = defaultdict(list)
+    for read in reads:
+        argument = merged_by(read.fact)
+        if argument and read.part is None:
+            rest = {name: value for name, value in read.kwargs.items() if name != argument}
+            groups[(read.fact, json.dumps(rest, sort_keys=True, default=str))].append(read)
+    merged = []
+    for group in groups.values():
+        if len(group) > 1:
+            argument = merged_by(group[0].fact) or ""
+            items = dict.fromkeys(item for read in group for item in read.kwargs.get(argument, ()))
+            merged.append(FactRead(group[0].fact, {**group[0].kwargs, argument: list(items)}))
+    return merged
+
+
+def widest(reads: list[FactRead]) -> list[FactRead]:
+    """The reads no other read answers (of two that answer each other, the first)."""
+    return [read for i, read in enumerate(reads)
+            if not any(j != i and answers(other, read) and (j < i or not answers(read, other))
+                       for j, other in enumerate(reads))]
 
 
 def _answering_value(values: dict[tuple, Entry], read: FactRead) -> tuple[bool, Any]:
     """A cached value of a wider read of the same fact that answers this one, if any."""
     for cached, value in values.values():
         if cached is not read and answers(cached, read):
-            return True, value
+            return True, narrowed(read, value)
     return False, None
 
 
@@ -208,8 +267,9 @@ def cached_read(read: FactRead) -> Any:
 
 def prefetch(reads: list[FactRead]) -> int:
     """Read the current host's uncached reads in one remote command; returns how many it
-    cached. A read that another read of the list answers gets no section of its own; reads
-    the bundle could not answer (failed command, precondition) stay for their own read."""
+    cached. Reads of a fact with merged_by share one read of all their items; a read that
+    another read of the list answers gets no section of its own; reads the bundle could not
+    answer (failed command, precondition) stay for their own read."""
     cache = _current_cache()
     if cache is None:
         return 0
@@ -221,21 +281,20 @@ def prefetch(reads: list[FactRead]) -> int:
         key = _key(read)
         if key not in values and bundleable(read):
             todo.setdefault(key, read)
-    answered = {key: next((wide for wide in todo.values()
-                           if wide is not read and answers(wide, read)), None)
-                for key, read in todo.items()}
-    own = {key: read for key, read in todo.items() if answered[key] is None}
+    wanted = list(todo)
+    for wide in merged_reads(list(todo.values())):
+        todo.setdefault(_key(wide), wide)
+    own = widest(list(todo.values()))
     if len(own) < 2:
         return 0
-    keys, bundled = list(own), [read.plain() for read in own.values()]
+    bundled = [read.plain() for read in own]
     results = bundle_values(bundled, current_host.get_fact(FactBundle, reads=bundled) or [])
-    by_read = {}
-    for index, value in results.items():
-        values[keys[index]] = (own[keys[index]], value)
-        by_read[keys[index]] = value
-    for key, wide in answered.items():
-        if wide is not None and _key(wide) in by_read:
-            values[key] = (todo[key], by_read[_key(wide)])
-    stored = sum(key in values for key in todo)
+    for key, read in todo.items():
+        index = next((i for i, wide in enumerate(own) if wide is read or answers(wide, read)),
+                     None)
+        if index in results:
+            value = results[index]
+            values[key] = (read, value if own[index] is read else narrowed(read, value))
+    stored = sum(key in values for key in wanted)
     cache.bundled += stored
     return stored

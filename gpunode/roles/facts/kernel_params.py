@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shlex
 
 from pyinfra.api import FactBase
@@ -37,6 +38,29 @@ def normalize_sysctl_value(value: str) -> str:
     return " ".join(value.split())
 
 
+SYSCTL_ROOT = "/proc/sys/"
+_TAIL_HEADER = re.compile(r"^==> (/proc/sys/\S+) <==$")
+
+
+def sysctl_key(path: str) -> str:
+    """The sysctl key of a /proc/sys path (the inverse of sysctl_path)."""
+    return path[len(SYSCTL_ROOT):].replace("/", ".")
+
+
+def parse_sysctl_files(text: str) -> dict[str, str]:
+    """`tail -v -n +1` of /proc/sys files (see sysctl_command) -> key -> value; a file tail
+    could not open has no header, so its key is absent (not on this kernel, or unreadable)."""
+    lines_of: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in text.splitlines():
+        header = _TAIL_HEADER.match(line)
+        if header:
+            current = lines_of.setdefault(sysctl_key(header.group(1)), [])
+        elif current is not None:
+            current.append(line)
+    return {key: normalize_sysctl_value(" ".join(lines)) for key, lines in lines_of.items()}
+
+
 def parse_sysctl_lines(text: str) -> dict[str, str]:
     """Lines 'KEY=VALUE' (see sysctl_command) -> values; keys not on this kernel are absent."""
     values: dict[str, str] = {}
@@ -56,18 +80,19 @@ def parse_limits_memlock(text: str) -> str | None:
 
 
 def sysctl_command(keys: list[str]) -> str:
-    """Print KEY=VALUE for each key whose /proc/sys file exists."""
-    parts = []
-    for key in keys:
-        path = shlex.quote(sysctl_path(key))
-        parts.append(f"[ -r {path} ] && echo {shlex.quote(key)}=$(cat {path})")
-    return "; ".join(parts) or "true"
+    """Print each key's /proc/sys file under a `==> PATH <==` header, all in one process."""
+    if not keys:
+        return "true"
+    paths = " ".join(shlex.quote(sysctl_path(key)) for key in keys)
+    return f"tail -v -n +1 {paths}"
 
 
 def sysctl_refused_command() -> str:
     """Print KEY=VALUE for each best-effort write recorded as refused in this boot."""
     folder = shlex.quote(SYSCTL_REFUSED_DIR)
-    return f'for f in {folder}/*; do [ -f "$f" ] && echo "${{f##*/}}=$(cat "$f")"; done'
+    # shell builtins only (read, not $(cat)): no process per file
+    return (f'for f in {folder}/*; do [ -f "$f" ] || continue; v=; read -r v < "$f"; '
+            f'echo "${{f##*/}}=$v"; done')
 
 
 def modules_available_command(modules: list[str]) -> str:
@@ -101,7 +126,7 @@ def parse_kernel_params(text: str) -> KernelParamsState:
     # /proc/modules lines start with the name; /sys/module also lists built-in modules.
     loaded = {line.split()[0] for line in sections.get("modules", "").splitlines() if line.strip()}
     return KernelParamsState(
-        sysctls=parse_sysctl_lines(sections.get("sysctl", "")),
+        sysctls=parse_sysctl_files(sections.get("sysctl", "")),
         sysctl_refused=parse_sysctl_lines(sections.get("sysctl_refused", "")),
         loaded_modules=sorted(loaded),
         available_modules=sorted(sections.get("available", "").split()),

@@ -64,26 +64,48 @@ class FileState(FactModel):
         return out
 
 
+STAT_MARKER = "@@gpunode-stat"
+
+
 def parse_file_states(text: str) -> dict[str, FileState | None]:
-    """Lines 'PATH<TAB>SHA1<TAB>MODE USER GROUP' (or 'PATH<TAB>-' when absent)."""
+    """Output of owned_files_command(): 'PATH<TAB>-' for a path with no regular file, then
+    sha1sum's 'SHA1  PATH' lines, STAT_MARKER, and 'PATH<TAB>MODE USER GROUP' lines. A path
+    with no hash or no stat (gone meanwhile, unreadable) is None."""
     states: dict[str, FileState | None] = {}
+    sha1s: dict[str, str] = {}
+    stats: dict[str, list[str]] = {}
+    after_marker = False
     for line in text.splitlines():
-        parts = line.split("\t")
-        stat = parts[2].split() if len(parts) == 3 else []
-        if len(stat) == 3:
-            states[parts[0]] = FileState(sha1=parts[1], mode=stat[0], user=stat[1],
-                                         group=stat[2])
-        elif len(parts) == 2 and parts[1] == "-":
-            states[parts[0]] = None
+        if line == STAT_MARKER:
+            after_marker = True
+            continue
+        path, tab, rest = line.partition("\t")
+        if after_marker:
+            if tab and len(rest.split()) == 3:
+                stats[path] = rest.split()
+        elif tab and rest == "-":
+            states[path] = None
+        elif not tab and "  " in line:
+            digest, _, hashed = line.partition("  ")
+            sha1s[hashed] = digest
+    for path in sha1s.keys() | stats.keys():
+        stat = stats.get(path)
+        states[path] = (FileState(sha1=sha1s[path], mode=stat[0], user=stat[1], group=stat[2])
+                        if stat and path in sha1s else None)
     return states
 
 
-def file_state_command(path: str) -> str:
-    q = shlex.quote(path)
+def owned_files_command(paths: list[str]) -> str:
+    """The regular files among paths hashed by one sha1sum and stat'ed by one stat (each
+    other path printed with '-'): two processes for any number of paths."""
+    if not paths:
+        return "true"
+    quoted = " ".join(shlex.quote(p) for p in paths)
     return (
-        f"if [ -f {q} ]; then printf '%s\\t%s\\t%s\\n' {q} "
-        f"\"$(sha1sum < {q} | cut -d' ' -f1)\" \"$(stat -c '%a %U %G' {q})\"; "
-        f"else printf '%s\\t-\\n' {q}; fi"
+        f'set --; for p in {quoted}; do if [ -f "$p" ]; then set -- "$@" "$p"; '
+        f"else printf '%s\\t-\\n' \"$p\"; fi; done; "
+        f'if [ $# -gt 0 ]; then sha1sum -- "$@"; echo \'{STAT_MARKER}\'; '
+        f"stat --printf '%n\\t%a %U %G\\n' -- \"$@\"; fi"
     )
 
 
@@ -91,16 +113,13 @@ class OwnedFiles(FactBase):
     """Content hash, mode and owner of each path (None for a path with no regular file)."""
 
     def command(self, paths: list[str]) -> str:
-        return "; ".join(file_state_command(p) for p in paths) or "true"
+        return owned_files_command(paths)
 
     def process(self, output: list[str]) -> dict[str, Any]:
         return {path: (state.to_json() if state else None)
                 for path, state in parse_file_states("\n".join(output)).items()}
 
-    @staticmethod
-    def answers(cached: dict[str, Any], wanted: dict[str, Any]) -> bool:
-        """A read of more paths answers a read of some of them."""
-        return set(wanted.get("paths", [])) <= set(cached.get("paths", []))
+    merged_by = "paths"  # reads of a few paths each share one read (facts.cache)
 
 
 def file_state(value: Any, path: str) -> FileState | None:
@@ -163,7 +182,7 @@ class KeptOriginals(FactBase):
                 kept[path] = None if kind == "none" else kind
         return kept
 
-    answers = OwnedFiles.answers
+    merged_by = "paths"
 
 
 def ancestors(path: str) -> list[str]:
@@ -199,4 +218,4 @@ class DirEntries(FactBase):
                     entries[path].append(name)
         return entries
 
-    answers = OwnedFiles.answers
+    merged_by = "paths"

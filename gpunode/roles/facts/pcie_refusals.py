@@ -21,9 +21,10 @@ class MaxReadReqRefusals(FactBase):
     """Devices that kept their MaxReadReq after a masked write in this boot."""
 
     def command(self) -> str:
+        # shell builtins only (read, ${f##*/}): no process per device
         return (
-            f'for f in {REFUSED_DIR}/*; do [ -f "$f" ] && echo "$(basename "$f") $(cat "$f")"; '
-            "done; true"
+            f'for f in {REFUSED_DIR}/*; do [ -f "$f" ] || continue; v=; read -r v < "$f"; '
+            'echo "${f##*/} $v"; done; true'
         )
 
     def process(self, output: list[str]) -> dict[str, int]:

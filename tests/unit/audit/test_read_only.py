@@ -137,7 +137,7 @@ def test_audit_operation_yields_no_command_and_reports_once(tmp_path):
 
 
 def test_audit_operation_fails_the_host_on_p0_during_execution():
-    output = (f"{MARKER}sysctl\nvm.swappiness=60\n\n"
+    output = (f"{MARKER}sysctl\n==> /proc/sys/vm/swappiness <==\n60\n\n"
               f"{MARKER}memlock_default\ninfinity\n\n")
     host, state = RecordingHost({KernelParams: output}), SimpleNamespace()
     host.name = "gpu-bad"
