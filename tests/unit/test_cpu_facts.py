@@ -1,8 +1,9 @@
 """cpuidle / cpufreq parsers on captured sysfs reads."""
 
+import subprocess
 from pathlib import Path
 
-from gpunode.roles.facts.cpu import parse_cpu_sections, parse_idle_states
+from gpunode.roles.facts.cpu import CPU_COMMAND, CPU_SYSFS, parse_cpu_sections, parse_idle_states
 from gpunode.roles.ops.cpu import cpu_cmdline_params, cpus_by_state, states_to_disable
 from tests.unit._sections import sections_text
 
@@ -61,3 +62,20 @@ def test_cpu_sections_empty_node():
     assert cpu_cmdline_params(state, 1, "active") == {
         "processor.max_cstate": "1", "intel_idle.max_cstate": "1"}
     assert cpu_cmdline_params(state, 0, None) == {"idle": "poll"}
+
+
+def test_governors_and_cstate_caps_are_read_without_a_process_a_cpu(tmp_path):
+    """CPU_COMMAND in the real shell over a scratch sysfs: every CPU's governor and the
+    C-state caps come from shell builtins (read), not a cat per file."""
+    cpus, modules = tmp_path / "cpu", tmp_path / "module"
+    for n, governor in enumerate(["performance", "schedutil", "performance"]):
+        (cpus / f"cpu{n}" / "cpufreq").mkdir(parents=True)
+        (cpus / f"cpu{n}" / "cpufreq" / "scaling_governor").write_text(governor + "\n")
+    (modules / "processor" / "parameters").mkdir(parents=True)
+    (modules / "processor" / "parameters" / "max_cstate").write_text("1\n")
+    command = CPU_COMMAND.replace(CPU_SYSFS, str(cpus)).replace("/sys/module", str(modules))
+    assert "$(cat" not in command
+    out = subprocess.run(["sh", "-c", command], capture_output=True, text=True).stdout
+    state = parse_cpu_sections(out)
+    assert state.governors == {0: "performance", 1: "schedutil", 2: "performance"}
+    assert state.max_cstate_params == {"processor.max_cstate": "1"}

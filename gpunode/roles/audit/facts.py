@@ -68,7 +68,13 @@ from gpunode.roles.facts.proxmox import (
     parse_proxmox_kernel_list,
     parse_pveversion,
 )
-from gpunode.roles.facts.sections import MARKER, section_command, split_sections
+from gpunode.roles.facts.sections import (
+    MARKER,
+    cat_command,
+    ls_command,
+    section_command,
+    split_sections,
+)
 from gpunode.roles.lxc_gpu.facts import parse_pct_list, parse_pve_lxc_config_fact
 from gpunode.roles.lxc_gpu.numa import GPU_NUMA_COMMAND, parse_gpu_numa
 
@@ -196,10 +202,10 @@ def parse_audit_sections(text: str) -> AuditExtras:
 # --- the command ---------------------------------------------------------------------------
 
 _PACKAGES = " ".join(f"'{p}'" for p in NVIDIA_PACKAGE_PATTERNS)
-_PERSISTENCED = (
-    "echo installed=$(command -v nvidia-persistenced >/dev/null && echo yes || echo no); "
-    "echo enabled=$(systemctl is-enabled nvidia-persistenced.service 2>/dev/null); "
-    "echo active=$(systemctl is-active nvidia-persistenced.service 2>/dev/null)"
+_PERSISTENCED = (  # one systemctl: what is-enabled and is-active tell, as show's properties
+    "if command -v nvidia-persistenced >/dev/null; then echo installed=yes; "
+    "else echo installed=no; fi; "
+    "systemctl show -p UnitFileState -p ActiveState nvidia-persistenced.service"
 )
 _CONTAINER_PROBE = (
     "nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | head -n 1; "
@@ -221,10 +227,10 @@ _CONTAINERS_LOOP = (
 
 AUDIT_COMMAND = "; ".join(
     [
-        section_command("iommu_groups", "ls /sys/kernel/iommu_groups"),
+        section_command("iommu_groups", ls_command("/sys/kernel/iommu_groups")),
         section_command("iommu_types", "grep -H . /sys/kernel/iommu_groups/*/type"),
         section_command("pci_paths", "readlink -f /sys/bus/pci/devices/*"),
-        section_command("nvidia_version", "cat /proc/driver/nvidia/version"),
+        section_command("nvidia_version", cat_command("/proc/driver/nvidia/version")),
         section_command(
             "nvidia_smi", "command -v nvidia-smi >/dev/null && nvidia-smi -q -x 2>&1"
         ),

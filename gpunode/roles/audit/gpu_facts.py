@@ -55,13 +55,18 @@ class UnitState(BaseModel):
     active: str = ""
 
 
+_UNIT_FIELDS = {"installed": "installed", "enabled": "enabled", "active": "active",
+                "UnitFileState": "enabled", "ActiveState": "active"}
+
+
 def parse_unit_state(text: str) -> UnitState:
-    """Lines 'installed=yes|no', 'enabled=<is-enabled>', 'active=<is-active>'."""
+    """Lines 'installed=yes|no', then `systemctl show -p UnitFileState -p ActiveState`'s
+    (what is-enabled and is-active print; 'enabled=' and 'active=' lines are read too)."""
     values: dict[str, str] = {}
     for line in (text or "").splitlines():
         key, _, value = line.strip().partition("=")
-        if key in ("installed", "enabled", "active"):
-            values[key] = value.strip()
+        if key in _UNIT_FIELDS:
+            values[_UNIT_FIELDS[key]] = value.strip()
     return UnitState(installed=values.get("installed") == "yes",
                      enabled=values.get("enabled", ""), active=values.get("active", ""))
 

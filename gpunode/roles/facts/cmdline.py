@@ -8,7 +8,12 @@ from pydantic import Field
 from pyinfra.api import FactBase
 
 from gpunode.roles.facts.proxmox import EspProblem, parse_proxmox_boot_tool_status
-from gpunode.roles.facts.sections import FactModel, section_command, split_sections
+from gpunode.roles.facts.sections import (
+    FactModel,
+    cat_command,
+    section_command,
+    split_sections,
+)
 
 GRUB_DEFAULT_FILE = "/etc/default/grub"
 KERNEL_CMDLINE_FILE = "/etc/kernel/cmdline"
@@ -194,16 +199,16 @@ def parse_cmdline_sections(text: str) -> CmdlineState:
 
 CMDLINE_COMMAND = "; ".join(
     [
-        section_command("proc_cmdline", "cat /proc/cmdline"),
+        section_command("proc_cmdline", cat_command("/proc/cmdline")),
         section_command("has_grub", f"test -f {GRUB_DEFAULT_FILE} && echo yes"),
-        section_command("grub_default", f"cat {GRUB_DEFAULT_FILE}"),
+        section_command("grub_default", cat_command(GRUB_DEFAULT_FILE)),
         section_command(
             "grub_dropins",
             f"for f in {GRUB_DROPIN_DIR}/*.cfg; do [ -f \"$f\" ] || continue; "
-            "printf '==> %s <==\\n' \"$f\"; cat \"$f\"; echo; done",
+            "printf '==> %s <==\\n' \"$f\"; " + cat_command('"$f"') + "; echo; done",
         ),
         section_command("has_kernel_cmdline", f"test -f {KERNEL_CMDLINE_FILE} && echo yes"),
-        section_command("kernel_cmdline", f"cat {KERNEL_CMDLINE_FILE}"),
+        section_command("kernel_cmdline", cat_command(KERNEL_CMDLINE_FILE)),
         # stderr too: the tool prints skipped ESPs there (WARN ... does not exist, mount of
         # ... failed).
         section_command(

@@ -6,7 +6,12 @@ import re
 
 from pyinfra.api import FactBase
 
-from gpunode.roles.facts.sections import FactModel, section_command, split_sections
+from gpunode.roles.facts.sections import (
+    FactModel,
+    cat_command,
+    section_command,
+    split_sections,
+)
 
 CPU_SYSFS = "/sys/devices/system/cpu"
 _STATE_FILE = re.compile(r"/cpu(\d+)/cpuidle/state(\d+)/(name|latency|disable)$")
@@ -122,7 +127,7 @@ def parse_cpu_sections(text: str) -> CpuState:
 CPU_COMMAND = "; ".join(
     [
         section_command("vendor", "grep -m1 vendor_id /proc/cpuinfo"),
-        section_command("idle_driver", f"cat {CPU_SYSFS}/cpuidle/current_driver"),
+        section_command("idle_driver", cat_command(f"{CPU_SYSFS}/cpuidle/current_driver")),
         section_command(
             "idle_states",
             f"grep -H . {CPU_SYSFS}/cpu[0-9]*/cpuidle/state[0-9]*/name "
@@ -132,18 +137,21 @@ CPU_COMMAND = "; ".join(
         section_command(
             "max_cstate",
             "for m in processor intel_idle; do f=/sys/module/$m/parameters/max_cstate; "
-            '[ -r $f ] && echo "$m.max_cstate $(cat $f)"; done',
+            '[ -r $f ] || continue; v=; read -r v < $f; echo "$m.max_cstate $v"; done',
         ),
-        section_command("cpufreq_driver", f"cat {CPU_SYSFS}/cpu0/cpufreq/scaling_driver"),
+        section_command(
+            "cpufreq_driver", cat_command(f"{CPU_SYSFS}/cpu0/cpufreq/scaling_driver")
+        ),
         section_command(
             "governors",
-            f"for f in {CPU_SYSFS}/cpu[0-9]*/cpufreq/scaling_governor; do [ -r $f ] && "
-            'echo "$f $(cat $f)"; done',
+            f"for f in {CPU_SYSFS}/cpu[0-9]*/cpufreq/scaling_governor; do [ -r $f ] || "
+            'continue; v=; read -r v < $f; echo "$f $v"; done',  # builtins: no process a CPU
         ),
         section_command(
-            "available_governors", f"cat {CPU_SYSFS}/cpu0/cpufreq/scaling_available_governors"
+            "available_governors",
+            cat_command(f"{CPU_SYSFS}/cpu0/cpufreq/scaling_available_governors"),
         ),
-        section_command("amd_pstate", f"cat {CPU_SYSFS}/amd_pstate/status"),
+        section_command("amd_pstate", cat_command(f"{CPU_SYSFS}/amd_pstate/status")),
     ]
 )
 

@@ -7,7 +7,13 @@ import shlex
 
 from pyinfra.api import FactBase
 
-from gpunode.roles.facts.sections import FactModel, section_command, split_sections
+from gpunode.roles.facts.sections import (
+    FactModel,
+    cat_command,
+    ls_command,
+    section_command,
+    split_sections,
+)
 
 SYSCTL_REFUSED_DIR = "/run/gpunode/sysctl-refused"
 """Best-effort sysctl writes the kernel did not take in this boot: one file per key holding the
@@ -108,10 +114,12 @@ def kernel_params_command(sysctl_keys: list[str], modules: list[str]) -> str:
         [
             section_command("sysctl", sysctl_command(sysctl_keys)),
             section_command("sysctl_refused", sysctl_refused_command()),
-            section_command("modules", "cat /proc/modules; ls /sys/module"),
+            section_command(
+                "modules", cat_command("/proc/modules") + "; " + ls_command("/sys/module")
+            ),
             section_command("available", modules_available_command(modules)),
-            section_command("rdma", "ls /sys/class/infiniband"),
-            section_command("memlock_pid1", "cat /proc/1/limits"),
+            section_command("rdma", ls_command("/sys/class/infiniband")),
+            section_command("memlock_pid1", cat_command("/proc/1/limits")),
             section_command(
                 "memlock_default", "systemctl show --value -p DefaultLimitMEMLOCK"
             ),

@@ -20,7 +20,7 @@ from typing import Any
 
 from pyinfra.api import FactBase
 
-from gpunode.roles.facts.sections import FactModel
+from gpunode.roles.facts.sections import FactModel, cat_command
 
 STATE_DIR = "/var/lib/gpunode"
 ORIGINALS_DIR = f"{STATE_DIR}/originals"
@@ -148,7 +148,7 @@ class RecordedState(FactBase):
     """The node's state.json (None when gpunode never applied there, or it is unreadable)."""
 
     def command(self) -> str:
-        return f"cat {STATE_FILE} 2>/dev/null; true"
+        return "{ " + cat_command(STATE_FILE) + "; } 2>/dev/null; true"
 
     def process(self, output: list[str]) -> dict[str, Any] | None:
         text = "\n".join(output).strip()

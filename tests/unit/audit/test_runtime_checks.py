@@ -52,8 +52,11 @@ def test_persistence_off_in_the_profile_is_only_minor():
     assert mode.status == "P2" and not mode.deploy_fixes
 
 
-def test_persistenced_missing():
-    text = "installed=no\nenabled=\nactive=inactive\n"
+@pytest.mark.parametrize("text", [
+    "installed=no\nUnitFileState=\nActiveState=inactive\n",  # systemctl show, the audit's read
+    "installed=no\nenabled=\nactive=inactive\n",  # is-enabled / is-active (earlier gpunode)
+])
+def test_persistenced_missing(text):
     checks = by_name(check_persistence(NodeProfile(), bare(**smi(P100_XML, persistence_mode=
                                                                   "Enabled"),
                                                            persistenced=parse_unit_state(text))))
