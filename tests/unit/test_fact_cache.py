@@ -17,9 +17,9 @@ from pyinfra.facts.files import Directory, Sha1File
 from pyinfra.facts.server import Hostname
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from gpunode.roles.audit.facts import AuditFacts
+from gpunode.roles.audit.facts import LENDERS, AuditFacts
 from gpunode.roles.facts.apt import AptHolds
-from gpunode.roles.facts.bundle import FactBundle, FactRead
+from gpunode.roles.facts.bundle import FactBundle, FactRead, Section, lend_sections
 from gpunode.roles.facts.cache import (
     FactChange,
     _kwargs_match,
@@ -210,6 +210,32 @@ def test_reads_of_a_few_paths_each_share_one_read_and_keep_their_own_values(loca
     assert len(calls) == 1  # a.conf's own read kept
     cached_read(reads[1])
     assert len(calls) == 2
+
+
+def test_the_audit_borrows_the_sections_other_reads_of_the_bundle_run(local):
+    """AuditFacts in a bundle with InstalledKernels, NvidiaSmi, ... runs none of their commands
+    again, and its value is the one its own read gives."""
+    state, host, calls = local
+    own_read = host.get_fact(AuditFacts)
+    reads = [FactRead(AuditFacts), *LENDERS.values(), FactRead(Hostname)]
+    calls.clear()
+    assert prefetch(reads) == len(reads)
+    command = calls[0][0].get_raw_value()
+    assert command.count(InstalledKernels().command()) == 1
+    assert command.count("nvidia-smi -q -x") == 1
+    assert cached_read(FactRead(AuditFacts)) == own_read
+    assert len(calls) == 1
+
+
+def test_a_borrower_whose_lender_failed_is_read_on_its_own():
+    borrower = FactRead(AuditFacts, {"borrowed": ["kernels"]})
+    reads = [borrower, LENDERS["kernels"]]
+    sections = {0: Section(0, ["x"]), 1: Section(1, [])}
+    lend_sections(reads, sections)
+    assert 0 not in sections
+    sections = {0: Section(0, ["x"]), 1: Section(0, ["k"])}
+    lend_sections(reads, sections)
+    assert sections[0].lines == ["x", "@@gpunode:kernels", "k", ""]
 
 
 def test_merged_reads_and_the_widest_of_a_list():

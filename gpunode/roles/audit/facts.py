@@ -48,6 +48,7 @@ from gpunode.roles.audit.gpu_facts import (
     parse_unit_state,
 )
 from gpunode.roles.facts.apt import AptHolds
+from gpunode.roles.facts.bundle import FactRead
 from gpunode.roles.facts.dpkg import InstalledPackages, parse_dpkg_query
 from gpunode.roles.facts.gpu_topology import GpuTopology, parse_gpu_topology
 from gpunode.roles.facts.kernels import InstalledKernels, KernelPackages, parse_installed_kernels
@@ -60,7 +61,7 @@ from gpunode.roles.facts.nvidia import (
     parse_nvidia_smi_xml,
 )
 from gpunode.roles.facts.nvidia_modules import flavour_of_license, parse_modinfo_license
-from gpunode.roles.facts.pcie import parse_pci_paths
+from gpunode.roles.facts.pcie import PciPaths, parse_pci_paths
 from gpunode.roles.facts.proxmox import (
     ProxmoxBootTool,
     PveVersion,
@@ -70,7 +71,6 @@ from gpunode.roles.facts.proxmox import (
 )
 from gpunode.roles.facts.sections import (
     MARKER,
-    cat_command,
     ls_command,
     section_command,
     split_sections,
@@ -201,7 +201,6 @@ def parse_audit_sections(text: str) -> AuditExtras:
 
 # --- the command ---------------------------------------------------------------------------
 
-_PACKAGES = " ".join(f"'{p}'" for p in NVIDIA_PACKAGE_PATTERNS)
 _PERSISTENCED = (  # one systemctl: what is-enabled and is-active tell, as show's properties
     "if command -v nvidia-persistenced >/dev/null; then echo installed=yes; "
     "else echo installed=no; fi; "
@@ -225,45 +224,41 @@ _CONTAINERS_LOOP = (
     "done"
 )
 
-AUDIT_COMMAND = "; ".join(
-    [
-        section_command("iommu_groups", ls_command("/sys/kernel/iommu_groups")),
-        section_command("iommu_types", "grep -H . /sys/kernel/iommu_groups/*/type"),
-        section_command("pci_paths", "readlink -f /sys/bus/pci/devices/*"),
-        section_command("nvidia_version", cat_command("/proc/driver/nvidia/version")),
-        section_command(
-            "nvidia_smi", "command -v nvidia-smi >/dev/null && nvidia-smi -q -x 2>&1"
-        ),
-        section_command(
-            "nvlink", "command -v nvidia-smi >/dev/null && nvidia-smi nvlink -s 2>&1"
-        ),
-        section_command(
-            "modinfo", "modinfo nvidia | grep -E '^(filename|version|license):'"
-        ),
-        section_command("persistenced", _PERSISTENCED),
-        section_command("topo_m", "command -v nvidia-smi >/dev/null && nvidia-smi topo -m"),
-        section_command(
-            "topo_p2p_r", "command -v nvidia-smi >/dev/null && nvidia-smi topo -p2p r"
-        ),
-        section_command(
-            "topo_p2p_w", "command -v nvidia-smi >/dev/null && nvidia-smi topo -p2p w"
-        ),
-        section_command(
-            "nvidia_packages",
-            "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n' " + _PACKAGES,
-        ),
-        section_command("kernels", InstalledKernels().command()),
-        section_command("pveversion", "command -v pveversion >/dev/null && pveversion"),
-        section_command(
-            "boot_kernels",
-            "command -v proxmox-boot-tool >/dev/null && proxmox-boot-tool kernel list",
-        ),
-        section_command("has_pct", "command -v pct >/dev/null && echo yes"),
-        section_command("pct_list", "command -v pct >/dev/null && pct list"),
-        section_command("containers", "command -v pct >/dev/null && " + _CONTAINERS_LOOP),
-        GPU_NUMA_COMMAND,
-    ]
-)
+# Sections whose command is another fact's own: a bundle that reads that fact too lends its
+# output to the audit (gpunode.roles.facts.bundle.lend_sections) instead of running it twice.
+LENDERS: dict[str, FactRead] = {
+    "pci_paths": FactRead(PciPaths),
+    "nvidia_version": FactRead(NvidiaDriverVersion),
+    "nvidia_smi": FactRead(NvidiaSmi),
+    "nvidia_packages": FactRead(InstalledPackages, {"patterns": NVIDIA_PACKAGE_PATTERNS}),
+    "kernels": FactRead(InstalledKernels),
+    "pveversion": FactRead(PveVersionFact),
+}
+
+AUDIT_SECTIONS: list[tuple[str, str]] = [
+    ("iommu_groups", ls_command("/sys/kernel/iommu_groups")),
+    ("iommu_types", "grep -H . /sys/kernel/iommu_groups/*/type"),
+    *((name, str(read.fact().command(**read.kwargs))) for name, read in LENDERS.items()),
+    ("nvlink", "command -v nvidia-smi >/dev/null && nvidia-smi nvlink -s 2>&1"),
+    ("modinfo", "modinfo nvidia | grep -E '^(filename|version|license):'"),
+    ("persistenced", _PERSISTENCED),
+    ("topo_m", "command -v nvidia-smi >/dev/null && nvidia-smi topo -m"),
+    ("topo_p2p_r", "command -v nvidia-smi >/dev/null && nvidia-smi topo -p2p r"),
+    ("topo_p2p_w", "command -v nvidia-smi >/dev/null && nvidia-smi topo -p2p w"),
+    ("boot_kernels", "command -v proxmox-boot-tool >/dev/null && proxmox-boot-tool kernel list"),
+    ("has_pct", "command -v pct >/dev/null && echo yes"),
+    ("pct_list", "command -v pct >/dev/null && pct list"),
+    ("containers", "command -v pct >/dev/null && " + _CONTAINERS_LOOP),
+]
+
+
+def audit_command(borrowed: list[str] | tuple[str, ...] = ()) -> str:
+    """The audit's one command, without the sections another read lends (borrowed)."""
+    return "; ".join([*(section_command(name, command) for name, command in AUDIT_SECTIONS
+                        if name not in borrowed), GPU_NUMA_COMMAND])
+
+
+AUDIT_COMMAND = audit_command()
 
 
 class AuditFacts(FactBase):
@@ -279,8 +274,10 @@ class AuditFacts(FactBase):
     def default() -> AuditExtras:
         return AuditExtras()
 
-    def command(self) -> str:
-        return AUDIT_COMMAND
+    borrows = LENDERS  # read once in a bundle that has these reads (facts.bundle)
+
+    def command(self, borrowed: list[str] | None = None) -> str:
+        return audit_command(borrowed or ())
 
     def process(self, output: list[str]) -> AuditExtras:
         return parse_audit_sections("\n".join(output))

@@ -18,6 +18,8 @@ from typing import Any
 
 from pyinfra.api import FactBase, StringCommand
 
+from gpunode.roles.facts.sections import MARKER as SECTION_MARKER
+
 BUNDLE_MARKER = "@@gpunode-bundle"
 MISSING_COMMAND = f"{BUNDLE_MARKER}:missing-command"
 _LINE = re.compile(rf"^{BUNDLE_MARKER}:(\d+):(begin|end:(\d+))$")
@@ -133,10 +135,46 @@ def section_value(read: FactRead, section: Section) -> Any:
         return _NO_VALUE
 
 
+def borrowing(read: FactRead, others: list[FactRead]) -> FactRead:
+    """The read as a bundle with `others` issues it: a fact with `borrows` (section name ->
+    the read whose command that section runs) leaves out the sections another read of the
+    bundle runs anyway (its `borrowed` argument), and gets their output from it."""
+    lenders = getattr(read.fact, "borrows", None)
+    if not lenders or read.kwargs:
+        return read
+    present = {(other.fact, other.key()) for other in others}
+    names = sorted(name for name, lender in lenders.items()
+                   if (lender.fact, lender.key()) in present)
+    return FactRead(read.fact, {"borrowed": names}) if names else read
+
+
+def lend_sections(reads: list[FactRead], sections: dict[int, Section]) -> None:
+    """Give each read issued by borrowing() its lenders' output as the sections it left out;
+    when a lender's command failed, the borrower has no section (it is read on its own)."""
+    index_of = {(read.fact, read.key()): index for index, read in enumerate(reads)}
+    for index, read in enumerate(reads):
+        names = read.kwargs.get("borrowed") if read.kwargs else None
+        if not names or index not in sections:
+            continue
+        lenders: dict[str, FactRead] = getattr(read.fact, "borrows", {})
+        lines = list(sections[index].lines)
+        for name in names:
+            lender = lenders[name]
+            lent = sections.get(index_of.get((lender.fact, lender.key()), -1))
+            if lent is None or lent.status != 0 or lent.lines == [MISSING_COMMAND]:
+                del sections[index]
+                break
+            lines += [f"{SECTION_MARKER}{name}", *lent.lines, ""]  # "" as section_command's echo
+        else:
+            sections[index] = Section(sections[index].status, lines)
+
+
 def bundle_values(reads: list[FactRead], lines: list[str]) -> dict[int, Any]:
     """Index of each read -> its fact value, for the reads whose section gave one."""
     values = {}
-    for index, section in split_bundle(lines).items():
+    sections = split_bundle(lines)
+    lend_sections(reads, sections)
+    for index, section in sections.items():
         if index < len(reads):
             value = section_value(reads[index], section)
             if value is not _NO_VALUE:

@@ -26,7 +26,13 @@ from typing import Any
 from pyinfra import host as current_host
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from gpunode.roles.facts.bundle import FactBundle, FactRead, bundle_values, bundleable
+from gpunode.roles.facts.bundle import (
+    FactBundle,
+    FactRead,
+    borrowing,
+    bundle_values,
+    bundleable,
+)
 from gpunode.roles.facts.sections import fact_data
 from gpunode.roles.pyinfra_adapter import (
     StateCallback,
@@ -287,7 +293,8 @@ def prefetch(reads: list[FactRead]) -> int:
     own = widest(list(todo.values()))
     if len(own) < 2:
         return 0
-    bundled = [read.plain() for read in own]
+    plain = [read.plain() for read in own]
+    bundled = [borrowing(read, plain) for read in plain]
     results = bundle_values(bundled, current_host.get_fact(FactBundle, reads=bundled) or [])
     for key, read in todo.items():
         index = next((i for i, wide in enumerate(own) if wide is read or answers(wide, read)),
