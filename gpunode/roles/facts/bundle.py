@@ -19,6 +19,7 @@ from typing import Any
 from pyinfra.api import FactBase, StringCommand
 
 from gpunode.roles.facts.sections import MARKER as SECTION_MARKER
+from gpunode.roles.facts.systemd import SystemdUnits
 
 BUNDLE_MARKER = "@@gpunode-bundle"
 MISSING_COMMAND = f"{BUNDLE_MARKER}:missing-command"
@@ -169,14 +170,50 @@ def lend_sections(reads: list[FactRead], sections: dict[int, Section]) -> None:
             sections[index] = Section(sections[index].status, lines)
 
 
+JOINT_FACTS: tuple[type[FactBase], ...] = (SystemdUnits,)
+"""Facts whose one read answers reads of several others (their `joins`) with equal arguments."""
+
+
+def _joint_read(read: FactRead, present: set[tuple]) -> FactRead | None:
+    """The joint read that answers this read, when every fact it joins is read alike."""
+    if read.part is not None or not set(read.kwargs) <= {"services"}:
+        return None
+    for joint in JOINT_FACTS:
+        joins = getattr(joint, "joins", ())
+        if read.fact in joins and all((fact, read.key()) in present for fact in joins):
+            return FactRead(joint, read.kwargs)
+    return None
+
+
+def issued_reads(reads: list[FactRead]) -> tuple[list[FactRead], list[int]]:
+    """What a bundle of these reads runs, and for each read the index of the run read whose
+    section answers it: reads a joint fact answers together become one read of it, then a
+    read with `borrows` leaves out what another run read runs anyway (borrowing())."""
+    present = {(read.fact, read.key()) for read in reads}
+    run: list[FactRead] = []
+    source: list[int] = []
+    run_index: dict[tuple, int] = {}
+    for read in reads:
+        issued = _joint_read(read, present) or read
+        key = (issued.fact, issued.key())
+        if key not in run_index:
+            run_index[key] = len(run)
+            run.append(issued)
+        source.append(run_index[key])
+    return [borrowing(read, run) for read in run], source
+
+
 def bundle_values(reads: list[FactRead], lines: list[str]) -> dict[int, Any]:
-    """Index of each read -> its fact value, for the reads whose section gave one."""
-    values = {}
+    """Index of each read -> its fact value, for the reads whose section gave one (`lines`:
+    the output of FactBundle, which runs issued_reads(reads))."""
+    run, source = issued_reads(reads)
     sections = split_bundle(lines)
-    lend_sections(reads, sections)
-    for index, section in sections.items():
-        if index < len(reads):
-            value = section_value(reads[index], section)
+    lend_sections(run, sections)
+    values = {}
+    for index, read in enumerate(reads):
+        section = sections.get(source[index])
+        if section is not None:
+            value = section_value(read, section)
             if value is not _NO_VALUE:
                 values[index] = value
     return values
@@ -186,7 +223,7 @@ class FactBundle(FactBase):
     """The output of many facts' commands, one section each (see bundle_values)."""
 
     def command(self, reads: list[FactRead]) -> StringCommand:
-        return bundle_command(reads)
+        return bundle_command(issued_reads(reads)[0])
 
     def process(self, output: list[str]) -> list[str]:
         return list(output)

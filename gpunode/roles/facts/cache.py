@@ -29,7 +29,6 @@ from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 from gpunode.roles.facts.bundle import (
     FactBundle,
     FactRead,
-    borrowing,
     bundle_values,
     bundleable,
 )
@@ -293,8 +292,7 @@ def prefetch(reads: list[FactRead]) -> int:
     own = widest(list(todo.values()))
     if len(own) < 2:
         return 0
-    plain = [read.plain() for read in own]
-    bundled = [borrowing(read, plain) for read in plain]
+    bundled = [read.plain() for read in own]
     results = bundle_values(bundled, current_host.get_fact(FactBundle, reads=bundled) or [])
     for key, read in todo.items():
         index = next((i for i, wide in enumerate(own) if wide is read or answers(wide, read)),
