@@ -19,6 +19,11 @@ ACCEPTING = """#!/bin/sh
 [ "$1" = -q ] && shift; [ "$1" = -w ] && shift
 key=${1%%=*}; printf '%s\\n' "${1#*=}" > "$PROC/$key"
 """
+# The kernel's own spelling of multi-value keys: tab-separated (tcp_rmem reads 4096\t87380...).
+ACCEPTING_WITH_TABS = """#!/bin/sh
+[ "$1" = -q ] && shift; [ "$1" = -w ] && shift
+key=${1%%=*}; printf '%s\\n' "${1#*=}" | tr ' ' '\\t' > "$PROC/$key"
+"""
 REFUSING = """#!/bin/sh
 echo "sysctl: setting key \\"kernel.nmi_watchdog\\": Operation not permitted" >&2
 exit 0
@@ -46,6 +51,13 @@ def test_accepted_write_reads_back_and_passes(tmp_path, monkeypatch):
                     "4096 87380 134217728", "4096\t131072\t6291456", best_effort=False)
     assert run.returncode == 0, run.stderr
     assert (tmp_path / "proc" / "net.ipv4.tcp_rmem").read_text() == "4096 87380 134217728\n"
+
+
+def test_read_back_folds_the_kernels_tabs(tmp_path, monkeypatch):
+    run = run_write(tmp_path, monkeypatch, ACCEPTING_WITH_TABS, "net.ipv4.tcp_rmem",
+                    "4096 87380 134217728", "4096\t131072\t6291456", best_effort=False)
+    assert run.returncode == 0, run.stderr
+    assert (tmp_path / "proc" / "net.ipv4.tcp_rmem").read_text() == "4096\t87380\t134217728\n"
 
 
 def test_write_kept_by_kernel_with_exit_0_fails_the_operation(tmp_path, monkeypatch):
