@@ -200,7 +200,8 @@ def narrowed(read: FactRead, value: Any) -> Any:
 
 def merged_reads(reads: list[FactRead]) -> list[FactRead]:
     """One read per fact (with merged_by) and other arguments, of all the items the reads
-    of it ask for, where two or more reads could share it."""
+    of it ask for (sorted: two facts of the same units read alike, see bundle.JOINT_FACTS),
+    where two or more reads could share it."""
     groups: dict[tuple, list[FactRead]] = defaultdict(list)
     for read in reads:
         argument = merged_by(read.fact)
@@ -211,8 +212,8 @@ def merged_reads(reads: list[FactRead]) -> list[FactRead]:
     for group in groups.values():
         if len(group) > 1:
             argument = merged_by(group[0].fact) or ""
-            items = dict.fromkeys(item for read in group for item in read.kwargs.get(argument, ()))
-            merged.append(FactRead(group[0].fact, {**group[0].kwargs, argument: list(items)}))
+            items = sorted({item for read in group for item in read.kwargs.get(argument, ())})
+            merged.append(FactRead(group[0].fact, {**group[0].kwargs, argument: items}))
     return merged
 
 
