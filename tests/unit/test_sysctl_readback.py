@@ -79,3 +79,19 @@ def test_best_effort_refusal_is_recorded_and_reported(tmp_path, monkeypatch):
 def test_command_is_valid_shell(best_effort):
     command = sysctl_op.write_and_verify_command("net.core.rmem_max", "134217728", best_effort)
     subprocess.run(["bash", "-n", "-c", command], check=True)
+
+
+@pytest.mark.parametrize("key", ["vm.swappiness", "net.ipv4.tcp_rmem"])
+def test_read_back_reads_this_kernels_proc_sys_whole(tmp_path, key):
+    """The read-back on this machine's real /proc/sys, where a read at an offset is EOF (the
+    shell's byte-a-call read would see '6' of '60'): a sysctl that writes nothing, and the
+    wanted value the live one, must pass."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "sysctl").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "sysctl").chmod(0o755)
+    live = " ".join(Path(sysctl_op.sysctl_path(key)).read_text().split())
+    command = sysctl_op.write_and_verify_command(key, live, best_effort=False)
+    run = subprocess.run(["sh", "-c", command], capture_output=True, text=True,
+                         env={"PATH": f"{bin_dir}:/usr/bin:/bin"})
+    assert run.returncode == 0, run.stderr

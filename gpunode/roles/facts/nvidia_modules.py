@@ -21,7 +21,7 @@ from typing import Literal
 from pyinfra.api import FactBase
 
 from .nvidia import nvidia_module_is_open, parse_nvidia_proc_version
-from .sections import FactModel, cat_command, section_command, split_sections
+from .sections import FactModel, section_command, split_sections
 
 Flavour = Literal["open", "proprietary"]
 Repository = Literal["debian", "cuda"]
@@ -171,7 +171,7 @@ def parse_module_state(text: str) -> NvidiaModuleState:
 
 
 MODULE_STATE_COMMAND = "; ".join([
-    section_command("proc_version", cat_command("/proc/driver/nvidia/version")),
+    section_command("proc_version", "cat /proc/driver/nvidia/version"),
     section_command("modinfo", "modinfo nvidia | grep -E '^(filename|version|license):'"),
 ])
 

@@ -27,7 +27,9 @@ def section_command(name: str, command: str) -> str:
 
 def cat_command(path: str) -> str:
     """`cat PATH` in shell builtins, without a process (each costs ~50 ms on a slow guest):
-    every line, also a last one without a newline. For small files: dash reads a byte a call."""
+    every line, also a last one without a newline. Only for small regular files, sysfs and
+    seq_file /proc files: dash reads a byte a call, and /proc/sys (or a driver's own procfs)
+    gives only the first byte that way, as a read at an offset is EOF there."""
     return f'while IFS= read -r l || [ -n "$l" ]; do printf \'%s\\n\' "$l"; done < {path}'
 
 

@@ -30,6 +30,19 @@ def test_cat_command_prints_the_file(tmp_path, text):
     assert sh(cat_command(str(path))) == expected
 
 
+# The kernel files the facts read with cat_command (seq_file /proc, sysfs), where this
+# machine has them: byte-a-call reads must give what cat gives (/proc/sys would not).
+KERNEL_FILES = ["/proc/cmdline", "/proc/1/limits", "/proc/modules",
+                "/sys/devices/system/cpu/cpuidle/current_driver",
+                "/sys/devices/system/cpu/cpu0/cpufreq/scaling_driver",
+                "/sys/devices/system/cpu/online"]
+
+
+@pytest.mark.parametrize("path", [p for p in KERNEL_FILES if Path(p).exists()])
+def test_cat_command_reads_kernel_files_whole(path):
+    assert sh(cat_command(path)) == sh(f"cat {path}")
+
+
 def test_cat_command_of_a_missing_file_prints_nothing(tmp_path):
     assert sh("{ " + cat_command(str(tmp_path / "none")) + "; } 2>/dev/null; echo after") == (
         "after\n")
