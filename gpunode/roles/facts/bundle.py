@@ -175,12 +175,14 @@ JOINT_FACTS: tuple[type[FactBase], ...] = (SystemdUnits,)
 
 
 def _joint_read(read: FactRead, present: set[tuple]) -> FactRead | None:
-    """The joint read that answers this read, when every fact it joins is read alike."""
-    if read.part is not None or not set(read.kwargs) <= {"services"}:
+    """The joint read that answers this read, when every fact it joins is read alike with
+    arguments the joint fact takes (its `arguments`)."""
+    if read.part is not None:
         return None
     for joint in JOINT_FACTS:
         joins = getattr(joint, "joins", ())
-        if read.fact in joins and all((fact, read.key()) in present for fact in joins):
+        if (read.fact in joins and set(read.kwargs) <= set(getattr(joint, "arguments", ()))
+                and all((fact, read.key()) in present for fact in joins)):
             return FactRead(joint, read.kwargs)
     return None
 

@@ -167,10 +167,14 @@ def merged_by(fact: type) -> str | None:
     return getattr(fact, "merged_by", None) or _MERGED_BY.get(fact)
 
 
+def _other_arguments(kwargs: dict[str, Any], argument: str) -> dict[str, Any]:
+    """A read's arguments but the one its items merge along."""
+    return {name: value for name, value in kwargs.items() if name != argument}
+
+
 def _covers(wide: dict[str, Any], narrow: dict[str, Any], argument: str) -> bool:
     """Same other arguments, and the narrow read's items among the wide read's."""
-    rest = {name: value for name, value in wide.items() if name != argument}
-    return (rest == {name: value for name, value in narrow.items() if name != argument}
+    return (_other_arguments(wide, argument) == _other_arguments(narrow, argument)
             and set(narrow.get(argument, ())) <= set(wide.get(argument, ())))
 
 
@@ -206,7 +210,7 @@ def merged_reads(reads: list[FactRead]) -> list[FactRead]:
     for read in reads:
         argument = merged_by(read.fact)
         if argument and read.part is None:
-            rest = {name: value for name, value in read.kwargs.items() if name != argument}
+            rest = _other_arguments(read.kwargs, argument)
             groups[(read.fact, json.dumps(rest, sort_keys=True, default=str))].append(read)
     merged = []
     for group in groups.values():

@@ -68,7 +68,7 @@ def parse_sysctl_files(text: str) -> dict[str, str]:
 
 
 def parse_sysctl_lines(text: str) -> dict[str, str]:
-    """Lines 'KEY=VALUE' (see sysctl_command) -> values; keys not on this kernel are absent."""
+    """Lines 'KEY=VALUE' (see sysctl_refused_command) -> values."""
     values: dict[str, str] = {}
     for line in text.splitlines():
         key, sep, value = line.partition("=")

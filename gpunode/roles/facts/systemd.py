@@ -13,6 +13,7 @@ class SystemdUnits(FactBase):
     (gpunode.roles.facts.bundle.issued_reads) and gives each fact its output."""
 
     joins = (SystemdStatus, SystemdEnabled)
+    arguments = ("services",)  # reads with user_mode, machine, ... run on their own
 
     def requires_command(self, services: list[str]) -> str:
         return "systemctl"

@@ -80,3 +80,10 @@ def test_units_read_by_one_fact_only_are_not_joined():
              FactRead(SystemdEnabled, {"services": ["b.service"]})]
     issued, source = issued_reads(reads)
     assert issued == reads and source == [0, 1]
+
+
+def test_reads_with_arguments_the_joint_fact_does_not_take_run_on_their_own():
+    kwargs = {"services": ["a.service"], "user_mode": True}
+    reads = [FactRead(SystemdStatus, kwargs), FactRead(SystemdEnabled, kwargs)]
+    issued, source = issued_reads(reads)
+    assert issued == reads and source == [0, 1]
