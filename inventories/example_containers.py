@@ -9,7 +9,7 @@ containers themselves as pyinfra hosts reached through the host with the @pct co
 
 Run step 1 first: @pct connects with `pct exec`, so a container must exist and run before
 step 2 can reach it. Each key of a container mapping is a ContainerSpec field
-(gpunode/roles/profile/container/spec.py; defaults and why in
+(gpunode/profile/container/spec.py; defaults and why in
 gpunode/roles/lxc_gpu/defaults.py). The GPU lines are computed from the host's /proc/devices
 and /dev/nvidia*: nothing to write by hand.
 """

@@ -2,7 +2,7 @@
 
 Every block between ``<!-- gpunode:generated NAME -->`` and ``<!-- /gpunode:generated -->``
 in README.md and in each role's defaults.py is rendered from the pydantic schema
-(gpunode.roles.profile.docs):
+(gpunode.profile.docs):
 
 - ``readme:node``: the host profile (NodeProfile), one row per setting;
 - ``readme:container``: a container on the Proxmox host (ContainerSpec);
@@ -20,10 +20,10 @@ import re
 import sys
 from pathlib import Path
 
+from gpunode.profile.container import ContainerSpec
+from gpunode.profile.docs import field_rows, markdown_table, text_list
+from gpunode.profile.node import NodeProfile
 from gpunode.roles.container.defaults import ContainerSettings
-from gpunode.roles.profile.container import ContainerSpec
-from gpunode.roles.profile.docs import field_rows, markdown_table, text_list
-from gpunode.roles.profile.node import NodeProfile
 
 REPO = Path(__file__).resolve().parents[1]
 ROLES = sorted(p.parent.name for p in (REPO / "gpunode" / "roles").glob("*/defaults.py"))

@@ -29,12 +29,12 @@ detection; --dry exits 0.
 from pyinfra import host, state
 from pyinfra.api.exceptions import PyinfraError
 
+from gpunode.facts.cache import prefetch
+from gpunode.profile.loader import profiles_of_run
+from gpunode.pyinfra_adapter import fit_cli_tables
 from gpunode.roles.audit.report import active_timeout, report_formats
 from gpunode.roles.audit.run import audit_node
 from gpunode.roles.audit.snapshot import AUDIT_READ, snapshot_reads
-from gpunode.roles.facts.cache import prefetch
-from gpunode.roles.profile.loader import profiles_of_run
-from gpunode.roles.pyinfra_adapter import fit_cli_tables
 
 
 def audit() -> None:

@@ -18,12 +18,12 @@ gpunode added back out (deploy/undo.py runs it before the host's undo).
 
 from pyinfra import host, state
 
+from gpunode.facts.nvidia import NvidiaDriverVersion
+from gpunode.pyinfra_adapter import fit_cli_tables
 from gpunode.roles.container import container_driver
 from gpunode.roles.container.inventory import declared_specs, validate_container_targets
-from gpunode.roles.facts.nvidia import NvidiaDriverVersion
 from gpunode.roles.lxc_gpu import lxc_gpu, lxc_gpu_undo
 from gpunode.roles.lxc_gpu.validate import ContainerDeployError, validate_container_hosts
-from gpunode.roles.pyinfra_adapter import fit_cli_tables
 
 _CACHE = "_gpunode_containers"
 

@@ -3,8 +3,11 @@ driver, no reboot), then the read-back."""
 
 from pyinfra import host, state
 
+from gpunode.facts.cache import prefetch
+from gpunode.ops.preflight import refuse_host
+from gpunode.profile.loader import profiles_of_run
+from gpunode.pyinfra_adapter import fit_cli_tables
 from gpunode.roles.audit.verify import verify_node, verify_prefetch
-from gpunode.roles.facts.cache import prefetch
 from gpunode.roles.gpu_runtime import (
     PERSISTENCED_UNIT,
     gpu_runtime,
@@ -17,9 +20,6 @@ from gpunode.roles.host_tuning import (
     host_tuning_problems,
     host_tuning_reads,
 )
-from gpunode.roles.ops.preflight import refuse_host
-from gpunode.roles.profile.loader import profiles_of_run
-from gpunode.roles.pyinfra_adapter import fit_cli_tables
 from gpunode.roles.undo import record_reads, record_state
 
 

@@ -2,13 +2,16 @@
 
 Every host's profile (host data ``gpunode`` or ``gpunode_profile_file``) is validated before any
 host is touched. The live state every role reads is gathered first, in one remote command
-(gpunode.roles.facts.cache.prefetch).
+(gpunode.facts.cache.prefetch).
 """
 
 from pyinfra import host, state
 
+from gpunode.facts.cache import prefetch
+from gpunode.ops.preflight import refuse_host
+from gpunode.profile.loader import profiles_of_run
+from gpunode.pyinfra_adapter import fit_cli_tables
 from gpunode.roles.audit.verify import verify_node, verify_prefetch
-from gpunode.roles.facts.cache import prefetch
 from gpunode.roles.gpu_runtime import (
     PERSISTENCED_UNIT,
     gpu_runtime,
@@ -23,9 +26,6 @@ from gpunode.roles.host_tuning import (
 )
 from gpunode.roles.kernel import kernel_boot, kernel_pin_for_host, kernel_problems, kernel_reads
 from gpunode.roles.nvidia_driver import nvidia_driver, nvidia_driver_reads
-from gpunode.roles.ops.preflight import refuse_host
-from gpunode.roles.profile.loader import profiles_of_run
-from gpunode.roles.pyinfra_adapter import fit_cli_tables
 from gpunode.roles.undo import record_reads, record_state
 from gpunode.roles.verify_timer import verify_timer, verify_timer_reads
 

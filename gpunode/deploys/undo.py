@@ -17,18 +17,18 @@ lines, devN keys, [pve:pending] and snapshot sections stay, the old file is kept
 from pyinfra import host, state
 
 from gpunode.deploys.containers import containers_undo
-from gpunode.roles.facts.bundle import FactRead
-from gpunode.roles.facts.cache import prefetch
-from gpunode.roles.facts.cmdline import GPUNODE_GRUB_DROPIN
+from gpunode.facts.bundle import FactRead
+from gpunode.facts.cache import prefetch
+from gpunode.facts.cmdline import GPUNODE_GRUB_DROPIN
+from gpunode.ops.state import recorded_state
+from gpunode.profile.loader import profiles_of_run
+from gpunode.profile.node import NodeProfile
+from gpunode.profile.sysctls import BEST_EFFORT_SYSCTLS
+from gpunode.pyinfra_adapter import fit_cli_tables
 from gpunode.roles.gpu_runtime import PERSISTENCED_UNIT
 from gpunode.roles.host_tuning import BOOT_UNIT, BOOT_UNIT_FILE, OWNED_FILES, SYSTEMD_MEMLOCK_FILE
 from gpunode.roles.lxc_gpu.record import LxcGpuRecords
 from gpunode.roles.nvidia_driver import NVIDIA_PATTERNS, PREFERENCES_FILE
-from gpunode.roles.ops.state import recorded_state
-from gpunode.roles.profile.loader import profiles_of_run
-from gpunode.roles.profile.node import NodeProfile
-from gpunode.roles.profile.sysctls import BEST_EFFORT_SYSCTLS
-from gpunode.roles.pyinfra_adapter import fit_cli_tables
 from gpunode.roles.undo import UndoTargets, undo_node, undo_reads
 from gpunode.roles.verify_timer import METRICS_FILE_NAME, UNIT_DIR, VERIFY_TIMER
 from gpunode.roles.verify_timer import OWNED_FILES as VERIFY_FILES

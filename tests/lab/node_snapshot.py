@@ -8,10 +8,10 @@ from __future__ import annotations
 import shlex
 
 from gpunode.deploys.undo import EDITED
-from gpunode.roles.facts.cmdline import GPUNODE_GRUB_DROPIN
+from gpunode.facts.cmdline import GPUNODE_GRUB_DROPIN
+from gpunode.profile.node import NodeProfile
 from gpunode.roles.host_tuning import BOOT_UNIT, OWNED_FILES
 from gpunode.roles.nvidia_driver import PREFERENCES_FILE
-from gpunode.roles.profile.node import NodeProfile
 from gpunode.roles.verify_timer import METRICS_FILE_NAME, VERIFY_TIMER
 from gpunode.roles.verify_timer import OWNED_FILES as TIMER_FILES
 from tests.lab.guest import sh

@@ -55,7 +55,7 @@ class PyinfraRun:
 
 
 def change_lines(log: str) -> list[str]:
-    """Lines logged by gpunode.roles.ops.changes.report_change, prefix removed, the lines it
+    """Lines logged by gpunode.ops.changes.report_change, prefix removed, the lines it
     wrapped past 100 columns (indented under the change, a '(where)' last) joined back, each
     once, in order."""
     lines: list[str] = []

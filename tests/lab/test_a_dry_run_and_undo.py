@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import pytest
 
+from gpunode.profile.loader import load_profile
 from gpunode.roles.host_tuning import LIMITS_FILE, MODULES_FILE
-from gpunode.roles.profile.loader import load_profile
 from lab.profile import LAB_PROFILE, LAB_STAND_IN_MODULE
 from tests.lab.guest import sh
 from tests.lab.node_snapshot import snapshot

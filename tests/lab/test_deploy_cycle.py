@@ -9,9 +9,9 @@ import shlex
 
 import pytest
 
+from gpunode.ops.pcie import write_and_verify_command
+from gpunode.profile.loader import load_profile
 from gpunode.roles.host_tuning import BOOT_SCRIPT, OWNED_FILES, SYSCTL_FILE
-from gpunode.roles.ops.pcie import write_and_verify_command
-from gpunode.roles.profile.loader import load_profile
 from lab.profile import LAB_PROFILE, LAB_SELECTOR
 from tests.lab.guest import sh
 from tests.lab.pyinfra_cli import run_pyinfra
@@ -150,7 +150,7 @@ def test_1b_audit_reports_every_failing_host_of_a_fleet(cycle, tmp_path):
     assert live_state(cycle["vm"], cycle["profile"]) == cycle["fresh"]
 
 
-BUNDLE = "gpunode.roles.facts.bundle.FactBundle"
+BUNDLE = "gpunode.facts.bundle.FactBundle"
 
 
 def test_2_apply_sets_live_values_and_reports_refused_maxreadreq(cycle):

@@ -38,6 +38,7 @@ import time
 
 import pytest
 
+from gpunode.profile.container import ContainerSpec
 from gpunode.roles.lxc_gpu import pve_config
 from gpunode.roles.lxc_gpu.numa import GPU_NUMA_COMMAND, format_cpulist, parse_gpu_numa
 from gpunode.roles.lxc_gpu.passthrough import (
@@ -47,7 +48,6 @@ from gpunode.roles.lxc_gpu.passthrough import (
     parse_proc_devices,
 )
 from gpunode.roles.lxc_gpu.plan import edit_config_text
-from gpunode.roles.profile.container import ContainerSpec
 from tests.lab.guest import sh
 
 pytestmark = pytest.mark.lab

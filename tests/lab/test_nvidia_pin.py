@@ -14,7 +14,7 @@ import re
 
 import pytest
 
-from gpunode.roles.ops.nvidia_pin import PREFERENCES_FILE
+from gpunode.ops.nvidia_pin import PREFERENCES_FILE
 from tests.lab.guest import sh
 from tests.lab.pyinfra_cli import run_pyinfra
 

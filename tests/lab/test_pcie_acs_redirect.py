@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpunode.roles.ops.pcie import ACS_REDIRECT_MASK
+from gpunode.ops.pcie import ACS_REDIRECT_MASK
 from lab.vm import LabVM
 from tests.lab.guest import sh
 from tests.lab.pyinfra_cli import run_pyinfra

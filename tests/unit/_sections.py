@@ -1,6 +1,6 @@
-"""Build sectioned fact output (the inverse of gpunode.roles.facts.sections.split_sections)."""
+"""Build sectioned fact output (the inverse of gpunode.facts.sections.split_sections)."""
 
-from gpunode.roles.facts.sections import MARKER
+from gpunode.facts.sections import MARKER
 
 
 def sections_text(**parts: str) -> str:

@@ -8,29 +8,29 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpunode.roles.container.defaults import ContainerSettings
-from gpunode.roles.container.plan import install_command
-from gpunode.roles.facts.cmdline import (
+from gpunode.facts.cmdline import (
     CmdlineState,
     edit_grub_default,
     merge_cmdline,
     split_cmdline,
 )
-from gpunode.roles.facts.cpu import CpuState
+from gpunode.facts.cpu import CpuState
+from gpunode.ops.cmdline import grub_dropin_text, set_grub_default_entry
+from gpunode.ops.cpu import sysfs_loop
+from gpunode.ops.files import render_template
+from gpunode.ops.pcie import acs_write_command, write_and_verify_command
+from gpunode.ops.shell import argv_text
+from gpunode.ops.sysctl import write_and_verify_command as sysctl_write
+from gpunode.profile.container import ContainerSpec, pct_create_args, pct_set_args
+from gpunode.profile.node import NodeProfile
+from gpunode.profile.sysctls import BEST_EFFORT_SYSCTLS
+from gpunode.roles.container.defaults import ContainerSettings
+from gpunode.roles.container.plan import install_command
 from gpunode.roles.host_tuning import boot_script_variables
 from gpunode.roles.kernel import DEBIAN_GRUB_ENTRY, wanted_cmdline
 from gpunode.roles.lxc_gpu.ops import append_lines_command, guarded_write_commands
 from gpunode.roles.lxc_gpu.passthrough import DeviceNode
 from gpunode.roles.lxc_gpu.plan import new_container_lines
-from gpunode.roles.ops.cmdline import grub_dropin_text, set_grub_default_entry
-from gpunode.roles.ops.cpu import sysfs_loop
-from gpunode.roles.ops.files import render_template
-from gpunode.roles.ops.pcie import acs_write_command, write_and_verify_command
-from gpunode.roles.ops.shell import argv_text
-from gpunode.roles.ops.sysctl import write_and_verify_command as sysctl_write
-from gpunode.roles.profile.container import ContainerSpec, pct_create_args, pct_set_args
-from gpunode.roles.profile.node import NodeProfile
-from gpunode.roles.profile.sysctls import BEST_EFFORT_SYSCTLS
 
 GRUB = (Path(__file__).parents[1] / "data" / "grub" / "debian12-default-grub").read_text()
 CPUS = [CpuState(vendor="AuthenticAMD"), CpuState(vendor="GenuineIntel")]

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from gpunode.roles.facts.apt import parse_apt_cache_policy
+from gpunode.facts.apt import parse_apt_cache_policy
 
 DATA = Path(__file__).parents[1] / "data" / "apt"
 

@@ -12,6 +12,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from gpunode.ops.files import render_template
+from gpunode.ops.shell import TEMPLATES
+from gpunode.profile.node import NodeProfile
+from gpunode.profile.sysctls import BEST_EFFORT_SYSCTLS
 from gpunode.roles.host_tuning import (
     BOOT_SCRIPT,
     BOOT_UNIT_FILE,
@@ -22,10 +26,6 @@ from gpunode.roles.host_tuning import (
     boot_script_variables,
     memlock_values,
 )
-from gpunode.roles.ops.files import render_template
-from gpunode.roles.ops.shell import TEMPLATES
-from gpunode.roles.profile.node import NodeProfile
-from gpunode.roles.profile.sysctls import BEST_EFFORT_SYSCTLS
 from lab.profile import LAB_PROFILE
 
 PLAYBOOK_FILE = Path(__file__).parents[2] / "bench" / "ansible" / "tuning.yml"

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from gpunode.roles.facts.cmdline import (
+from gpunode.facts.cmdline import (
     CMDLINE_COMMAND,
     edit_grub_default,
     grub_cmdline_value,
@@ -11,8 +11,8 @@ from gpunode.roles.facts.cmdline import (
     parse_cmdline_sections,
     split_cmdline,
 )
-from gpunode.roles.facts.sections import section_command
-from gpunode.roles.ops.cmdline import set_grub_default_entry
+from gpunode.facts.sections import section_command
+from gpunode.ops.cmdline import set_grub_default_entry
 
 DATA = Path(__file__).parents[1] / "data"
 DEBIAN_GRUB = (DATA / "grub" / "debian12-default-grub").read_text()
@@ -126,7 +126,7 @@ def test_cmdline_command_keeps_the_tools_warnings():
 # --- /etc/default/grub.d drop-ins ---------------------------------------------------------
 
 def test_dropins_are_read_in_name_order_and_expand_the_variable():
-    from gpunode.roles.facts.cmdline import grub_effective_value
+    from gpunode.facts.cmdline import grub_effective_value
 
     dropins = {
         "/etc/default/grub.d/60-serial.cfg":
@@ -145,7 +145,7 @@ def test_dropins_are_read_in_name_order_and_expand_the_variable():
 
 
 def test_dropin_listing_is_split_per_file():
-    from gpunode.roles.facts.cmdline import parse_cmdline_sections
+    from gpunode.facts.cmdline import parse_cmdline_sections
 
     text = "\n".join([
         "@@gpunode:proc_cmdline", "ro quiet", "",
@@ -170,8 +170,8 @@ def test_dropin_listing_is_split_per_file():
 def test_gpunode_dropin_is_valid_shell_and_holds_every_token():
     import subprocess
 
-    from gpunode.roles.facts.cmdline import CmdlineState
-    from gpunode.roles.ops.cmdline import grub_dropin_text
+    from gpunode.facts.cmdline import CmdlineState
+    from gpunode.ops.cmdline import grub_dropin_text
 
     state = CmdlineState(grub_default_text='GRUB_CMDLINE_LINUX_DEFAULT="quiet"\n', grub_dropins={
         "/etc/default/grub.d/50-conflict.cfg":
@@ -203,8 +203,8 @@ def test_update_grub_sees_gpunodes_parameters_over_a_conflicting_dropin(tmp_path
     reads them: gpunode's values win, and the Python model of that reading agrees."""
     import subprocess
 
-    from gpunode.roles.facts.cmdline import GPUNODE_GRUB_DROPIN, CmdlineState
-    from gpunode.roles.ops.cmdline import grub_dropin_text
+    from gpunode.facts.cmdline import GPUNODE_GRUB_DROPIN, CmdlineState
+    from gpunode.ops.cmdline import grub_dropin_text
 
     main = 'GRUB_DEFAULT=0\nGRUB_CMDLINE_LINUX_DEFAULT="quiet"\n'
     conflict = ('GRUB_CMDLINE_LINUX_DEFAULT="$GRUB_CMDLINE_LINUX_DEFAULT '

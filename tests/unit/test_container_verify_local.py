@@ -13,8 +13,8 @@ from pyinfra.api.operations import run_ops
 from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_host, ctx_state
 
+from gpunode.pyinfra_adapter import operation_results
 from gpunode.roles.container.ops import verify_container
-from gpunode.roles.pyinfra_adapter import operation_results
 
 
 def test_verify_container_reports_a_machine_without_gpus_and_changes_nothing(caplog):

@@ -3,8 +3,8 @@
 import subprocess
 from pathlib import Path
 
-from gpunode.roles.facts.cpu import CPU_COMMAND, CPU_SYSFS, parse_cpu_sections, parse_idle_states
-from gpunode.roles.ops.cpu import cpu_cmdline_params, cpus_by_state, states_to_disable
+from gpunode.facts.cpu import CPU_COMMAND, CPU_SYSFS, parse_cpu_sections, parse_idle_states
+from gpunode.ops.cpu import cpu_cmdline_params, cpus_by_state, states_to_disable
 from tests.unit._sections import sections_text
 
 DATA = Path(__file__).parents[1] / "data" / "cpuidle"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpunode.roles.profile.docs import SettingDoc, doc_of, field_rows, markdown_table, shown
-from gpunode.roles.profile.node import NodeProfile, PcieSelector
+from gpunode.profile.docs import SettingDoc, doc_of, field_rows, markdown_table, shown
+from gpunode.profile.node import NodeProfile, PcieSelector
 from tools import docs
 
 
@@ -38,7 +38,7 @@ def test_a_new_field_appears_with_its_halves():
     """The generator is generic: whatever a field says in the schema is in the table."""
     from pydantic import BaseModel, Field
 
-    from gpunode.roles.profile.docs import setting_doc
+    from gpunode.profile.docs import setting_doc
 
     class Profile(BaseModel):
         knob: int = Field(3, description="A knob.", json_schema_extra=setting_doc(

@@ -17,10 +17,9 @@ from pyinfra.facts.files import Directory, Sha1File
 from pyinfra.facts.server import Hostname
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from gpunode.roles.audit.facts import LENDERS, AuditFacts
-from gpunode.roles.facts.apt import AptHolds
-from gpunode.roles.facts.bundle import FactBundle, FactRead, Section, lend_sections
-from gpunode.roles.facts.cache import (
+from gpunode.facts.apt import AptHolds
+from gpunode.facts.bundle import FactBundle, FactRead, Section, lend_sections
+from gpunode.facts.cache import (
     FactChange,
     _kwargs_match,
     cache_for,
@@ -30,11 +29,12 @@ from gpunode.roles.facts.cache import (
     prefetch,
     widest,
 )
-from gpunode.roles.facts.cpu import CpuPower
-from gpunode.roles.facts.dpkg import InstalledPackages
-from gpunode.roles.facts.kernel_params import KernelParams
-from gpunode.roles.facts.kernels import InstalledKernels
-from gpunode.roles.facts.owned import OwnedFiles
+from gpunode.facts.cpu import CpuPower
+from gpunode.facts.dpkg import InstalledPackages
+from gpunode.facts.kernel_params import KernelParams
+from gpunode.facts.kernels import InstalledKernels
+from gpunode.facts.owned import OwnedFiles
+from gpunode.roles.audit.facts import LENDERS, AuditFacts
 from tests.lab.pyinfra_cli import run_pyinfra
 
 
@@ -258,7 +258,7 @@ def test_a_dry_run_reads_the_node_in_one_command(deploy):
     read, also when a package must be installed (no read of the whole package list)."""
     run = run_pyinfra(deploy, "--dry", "-v", inventory="@local", timeout=300)
     assert run.returncode == 0, run.log
-    assert run.loaded_facts() == ["gpunode.roles.facts.bundle.FactBundle"], run.loaded_facts()
+    assert run.loaded_facts() == ["gpunode.facts.bundle.FactBundle"], run.loaded_facts()
 
 
 class _Meta:

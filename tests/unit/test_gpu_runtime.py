@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
+from gpunode.facts.nvidia import parse_nvidia_smi_xml
+from gpunode.ops import nvidia
+from gpunode.profile.loader import ProfileError
+from gpunode.profile.node import NodeProfile
 from gpunode.roles import gpu_runtime
-from gpunode.roles.facts.nvidia import parse_nvidia_smi_xml
-from gpunode.roles.ops import nvidia
-from gpunode.roles.profile.loader import ProfileError
-from gpunode.roles.profile.node import NodeProfile
 
 P100 = Path(__file__).parent.parent / "data/nvidia/nvidia_smi_q_x_tesla_p100_510.xml"
 

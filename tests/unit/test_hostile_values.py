@@ -18,12 +18,12 @@ from typing import Any, Literal, Union, get_args, get_origin
 import pytest
 from pydantic import BaseModel
 
+from gpunode.profile.container import ContainerSpec, ContainerSpecError, validate_containers
+from gpunode.profile.loader import ProfileError, load_profile
+from gpunode.profile.node import NodeProfile
 from gpunode.roles.container.defaults import CONTAINER_DATA_KEY, ContainerSettings
 from gpunode.roles.container.inventory import container_target
 from gpunode.roles.lxc_gpu.validate import ContainerDeployError
-from gpunode.roles.profile.container import ContainerSpec, ContainerSpecError, validate_containers
-from gpunode.roles.profile.loader import ProfileError, load_profile
-from gpunode.roles.profile.node import NodeProfile
 from tests.unit.shell_render import container_shell, node_shell, settings_shell
 
 HOSTILE = [

@@ -3,15 +3,15 @@
 import subprocess
 from pathlib import Path
 
-from gpunode.roles.facts.kernel_params import (
+from gpunode.facts.kernel_params import (
     SYSCTL_REFUSED_DIR,
     kernel_params_command,
     parse_kernel_params,
     parse_limits_memlock,
     sysctl_refused_command,
 )
-from gpunode.roles.ops.modules import plan_modules
-from gpunode.roles.ops.sysctl import sysctl_changes
+from gpunode.ops.modules import plan_modules
+from gpunode.ops.sysctl import sysctl_changes
 from tests.unit._sections import sections_text
 
 # /proc/1/limits layout (rows trimmed); 8388608 is systemd 252's default memlock.

@@ -2,14 +2,14 @@
 
 import pytest
 
-from gpunode.roles.facts.kernels import parse_kernel_packages
+from gpunode.facts.kernels import parse_kernel_packages
+from gpunode.profile.loader import ProfileError
 from gpunode.roles.kernel import (
     DEBIAN_GRUB_ENTRY,
     BootPlan,
     pending_reboot_reasons,
     plan_kernel_pin,
 )
-from gpunode.roles.profile.loader import ProfileError
 
 # dpkg-query format; packages as a Debian 12 host lists them.
 DPKG = """linux-image-6.1.0-28-amd64 6.1.119-1 ii

@@ -1,7 +1,7 @@
 """The package reads top-down: no import runs back up the layers.
 
-deploys -> roles/<role> -> roles/ops (generic operations) -> roles/facts, roles/profile (parsers
-and schema) -> roles/pyinfra_adapter (pyinfra's internals). A module imports its own layer or
+deploys -> roles/<role> -> ops (generic operations) -> facts, profile (parsers
+and schema) -> pyinfra_adapter (pyinfra's internals). A module imports its own layer or
 those below. A role may use another role's parsers and facts (audit reads lxc_gpu's config
 parser), never its deploy (the package's __init__), and no two roles use each other. Every
 import is read, those inside functions included.
@@ -17,10 +17,10 @@ import gpunode
 
 PACKAGE = Path(gpunode.__file__).parent
 RANKS = {
-    "gpunode.roles.pyinfra_adapter": 0,
-    "gpunode.roles.facts": 1,
-    "gpunode.roles.profile": 1,
-    "gpunode.roles.ops": 2,
+    "gpunode.pyinfra_adapter": 0,
+    "gpunode.facts": 1,
+    "gpunode.profile": 1,
+    "gpunode.ops": 2,
     "gpunode.deploys": 4,
 }
 ROLE_RANK = 3
@@ -104,7 +104,7 @@ def test_roles_do_not_use_each_other():
 
 def test_the_check_finds_an_upward_import():
     """The rule bites: an operation importing a role, a parser importing an operation."""
-    assert layer("gpunode.roles.container.ops")[0] > layer("gpunode.roles.ops.apt")[0]
-    assert layer("gpunode.roles.ops.apt")[0] > layer("gpunode.roles.facts.dpkg")[0]
-    assert layer("gpunode.roles.facts.cache")[0] > layer("gpunode.roles.pyinfra_adapter")[0]
+    assert layer("gpunode.roles.container.ops")[0] > layer("gpunode.ops.apt")[0]
+    assert layer("gpunode.ops.apt")[0] > layer("gpunode.facts.dpkg")[0]
+    assert layer("gpunode.facts.cache")[0] > layer("gpunode.pyinfra_adapter")[0]
     assert "gpunode.roles.lxc_gpu.pve_config" in imports("gpunode.roles.lxc_gpu.ops")

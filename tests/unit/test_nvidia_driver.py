@@ -5,14 +5,14 @@ from pathlib import Path
 
 import pytest
 
-from gpunode.roles.facts.dpkg import parse_dpkg_query, upstream_version
+from gpunode.facts.dpkg import parse_dpkg_query, upstream_version
+from gpunode.ops.nvidia_pin import NVIDIA_PATTERNS
+from gpunode.profile.node import NodeProfile
 from gpunode.roles.nvidia_driver import DriverPlan, mismatch_action
 from gpunode.roles.nvidia_driver.packages import (
     driver_release_packages,
     is_driver_release_package,
 )
-from gpunode.roles.ops.nvidia_pin import NVIDIA_PATTERNS
-from gpunode.roles.profile.node import NodeProfile
 
 # `dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\n'` layout; versions as
 # Debian bookworm ships them (nvidia-driver 535.216.03-1~deb12u1 in bookworm/non-free).
@@ -143,8 +143,8 @@ def test_no_nvidia_package_says_what_to_set():
 
 
 def test_packages_follow_the_flavour_and_repository():
+    from gpunode.profile.node import NodeProfile
     from gpunode.roles.nvidia_driver import packages_to_install
-    from gpunode.roles.profile.node import NodeProfile
 
     assert packages_to_install(NodeProfile(), "open") == ["nvidia-driver",
                                                           "nvidia-open-kernel-dkms"]

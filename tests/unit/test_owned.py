@@ -7,14 +7,14 @@ import os
 import subprocess
 from pathlib import Path
 
-from gpunode.roles.facts.owned import (
+from gpunode.facts.owned import (
     STATE_DIR,
     FileState,
     KeptOriginals,
     OwnedFiles,
     parse_file_states,
 )
-from gpunode.roles.ops.files import backup_command, keep_original_command
+from gpunode.ops.files import backup_command, keep_original_command
 
 
 def sh(command: str, tmp_path: Path) -> str:

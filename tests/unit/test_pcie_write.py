@@ -4,13 +4,13 @@ import subprocess
 
 import pytest
 
-from gpunode.roles.ops.pcie import (
+from gpunode.ops.pcie import (
     MRRS_MASK,
     mrrs_bits,
     setpci_mrrs_argument,
     write_and_verify_command,
 )
-from gpunode.roles.profile.node import MAX_READ_REQUEST_SIZES
+from gpunode.profile.node import MAX_READ_REQUEST_SIZES
 
 
 @pytest.mark.parametrize("size", MAX_READ_REQUEST_SIZES)

@@ -2,13 +2,13 @@
 
 import pytest
 
-from gpunode.roles.profile.loader import (
+from gpunode.profile.loader import (
     ProfileError,
     load_profile,
     profiles_of_run,
     validate_hosts,
 )
-from gpunode.roles.profile.node import DEFAULT_SYSCTLS, NodeProfile
+from gpunode.profile.node import DEFAULT_SYSCTLS, NodeProfile
 
 
 def test_defaults_are_the_inference_profile():
@@ -164,7 +164,7 @@ def test_a_run_validates_its_inventory_once(monkeypatch):
     from pyinfra.api import Config, Inventory, State
     from pyinfra.context import ctx_state
 
-    import gpunode.roles.profile.loader as loader
+    import gpunode.profile.loader as loader
 
     state = State(Inventory(([("a", {"gpunode": {}}), ("b", {"gpunode": {}})], {})), Config())
     calls = []

@@ -1,4 +1,4 @@
-"""Each pyinfra behaviour gpunode relies on (gpunode.roles.pyinfra_adapter), pinned against the
+"""Each pyinfra behaviour gpunode relies on (gpunode.pyinfra_adapter), pinned against the
 installed pyinfra on a real State and a real @local host: a pyinfra upgrade that changes one
 fails here, not in a deploy."""
 
@@ -18,7 +18,7 @@ from pyinfra.context import ctx_host, ctx_state
 from pyinfra.operations import apt, systemd
 from pyinfra_testing.util import FakeHost
 
-from gpunode.roles import pyinfra_adapter as adapter
+from gpunode import pyinfra_adapter as adapter
 
 
 @pytest.fixture()
@@ -225,7 +225,7 @@ def test_pyinfra_prints_its_tables_through_print_rows():
 NAME = "gpunode: tuning | Write /etc/systemd/system.conf.d/90-gpunode-memlock.conf"  # 74
 DEPLOY = '''
 from pyinfra.operations import server
-from gpunode.roles.pyinfra_adapter import fit_cli_tables
+from gpunode.pyinfra_adapter import fit_cli_tables
 
 fit_cli_tables()
 {ops}

@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from gpunode.ops.files import render_template
+from gpunode.ops.pcie import write_and_verify_command
+from gpunode.ops.shell import argv_text
+from gpunode.profile.node import NodeProfile
 from gpunode.roles.host_tuning import boot_script_variables
-from gpunode.roles.ops.files import render_template
-from gpunode.roles.ops.pcie import write_and_verify_command
-from gpunode.roles.ops.shell import argv_text
-from gpunode.roles.profile.node import NodeProfile
 from tests.unit.shell_render import container_shell
 from tests.unit.test_hostile_values import ROOTS
 
@@ -55,7 +55,7 @@ EXTRA_LXC_LINES = [
 
 def test_extra_lxc_lines_with_shell_syntax_stay_inert():
     """Lines Proxmox accepts carry shell syntax into the config, never into gpunode's shell."""
-    from gpunode.roles.profile.container import ContainerSpec
+    from gpunode.profile.container import ContainerSpec
 
     spec = ContainerSpec.model_validate({**ROOTS[ContainerSpec], "extra_lxc": EXTRA_LXC_LINES})
     for text in container_shell(spec):
@@ -80,7 +80,7 @@ def test_extra_lxc_lines_with_shell_syntax_stay_inert():
     ],
 )
 def test_extra_lxc_mount_paths_are_normalised(line):
-    from gpunode.roles.profile.container import ContainerSpecError, validate_containers
+    from gpunode.profile.container import ContainerSpecError, validate_containers
 
     with pytest.raises(ContainerSpecError) as error:
         validate_containers("pve1", [{**ROOTS_SPEC, "extra_lxc": [line]}], {}, 8)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpunode.roles.ops import sysctl as sysctl_op
+from gpunode.ops import sysctl as sysctl_op
 
 ACCEPTING = """#!/bin/sh
 [ "$1" = -q ] && shift; [ "$1" = -w ] && shift

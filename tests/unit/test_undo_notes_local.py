@@ -9,8 +9,8 @@ from pyinfra.api.connect import connect_all
 from pyinfra.context import ctx_host, ctx_state
 
 from gpunode.deploys.undo import undo_targets
-from gpunode.roles.facts.owned import NodeState
-from gpunode.roles.profile.node import NodeProfile
+from gpunode.facts.owned import NodeState
+from gpunode.profile.node import NodeProfile
 from gpunode.roles.undo import reboot_notes
 
 with open("/proc/cmdline") as _cmdline:

@@ -13,8 +13,8 @@ from pyinfra.api.deploy import add_deploy
 from pyinfra.api.host import Host
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
+from gpunode.profile.node import NodeProfile
 from gpunode.roles.host_tuning import host_tuning_reads
-from gpunode.roles.profile.node import NodeProfile
 from gpunode.roles.verify_timer import (
     VERIFY_SCRIPT,
     VERIFY_TIMER,

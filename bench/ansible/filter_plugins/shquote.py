@@ -1,4 +1,4 @@
-"""The shquote filter gpunode's templates use (gpunode.roles.ops.shell.TEMPLATES), for Ansible:
+"""The shquote filter gpunode's templates use (gpunode.ops.shell.TEMPLATES), for Ansible:
 the playbook renders gpunode's own templates, so it needs the same filter (shlex.quote of str)."""
 
 import shlex

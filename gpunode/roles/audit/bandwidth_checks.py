@@ -12,11 +12,11 @@ Only with the active mode (deploy/audit.py --data gpunode_audit_active=1): no ro
 
 from __future__ import annotations
 
+from gpunode.facts.bandwidth import NcclPerf, pcie_link_gbs
+from gpunode.facts.pcie import PcieDevice
+from gpunode.profile.check import Check, not_applicable, ok
 from gpunode.roles.audit.gpu_checks import lspci_gpus, smi_gpus
 from gpunode.roles.audit.snapshot import NodeSnapshot
-from gpunode.roles.facts.bandwidth import NcclPerf, pcie_link_gbs
-from gpunode.roles.facts.pcie import PcieDevice
-from gpunode.roles.profile.check import Check, not_applicable, ok
 
 P2P_MIN_RATIO = 0.6
 ALLREDUCE_MIN_RATIO = 0.5

@@ -1,6 +1,6 @@
 """Checks: profile vs live node, each with a status, the live value and the exact fix.
 
-Status ranks follow the node report (gpunode.roles.profile.check): P0 fixable at runtime, P1 needs a
+Status ranks follow the node report (gpunode.profile.check): P0 fixable at runtime, P1 needs a
 reboot, P2 minor; "limit" is the hardware's own limit (nobody should chase it), "n/a" is not
 applicable or not present here.
 
@@ -12,6 +12,13 @@ applicable or not present here.
 
 from __future__ import annotations
 
+from gpunode.facts.cmdline import format_param, missing_params
+from gpunode.facts.kernel_params import normalize_sysctl_value
+from gpunode.ops.cpu import cpu_cmdline_params, states_to_disable
+from gpunode.ops.modules import plan_modules
+from gpunode.ops.pcie import refusal_note, selected_devices, setpci_mrrs_argument
+from gpunode.profile.check import DEPLOY_FIX, STATUSES, Check, Status, ok
+from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.bandwidth_checks import check_measured_bandwidth
 from gpunode.roles.audit.gpu_checks import check_gpu_inventory, check_gpu_state, check_nvlink
 from gpunode.roles.audit.p2p_checks import check_p2p_paths
@@ -36,13 +43,6 @@ from gpunode.roles.audit.system_checks import (
     check_kernel,
     check_proxmox,
 )
-from gpunode.roles.facts.cmdline import format_param, missing_params
-from gpunode.roles.facts.kernel_params import normalize_sysctl_value
-from gpunode.roles.ops.cpu import cpu_cmdline_params, states_to_disable
-from gpunode.roles.ops.modules import plan_modules
-from gpunode.roles.ops.pcie import refusal_note, selected_devices, setpci_mrrs_argument
-from gpunode.roles.profile.check import DEPLOY_FIX, STATUSES, Check, Status, ok
-from gpunode.roles.profile.node import NodeProfile
 
 __all__ = [
     "DEPLOY_FIX",

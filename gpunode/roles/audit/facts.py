@@ -1,6 +1,6 @@
 """AuditFacts: everything the audit reads beyond the tuning facts, in ONE read-only command.
 
-One round trip gathers, as marker-separated sections (gpunode.roles.facts.sections):
+One round trip gathers, as marker-separated sections (gpunode.facts.sections):
 
 - iommu_groups, iommu_types: `ls /sys/kernel/iommu_groups`, `grep -H . .../*/type`
   (parse_iommu);
@@ -11,7 +11,7 @@ One round trip gathers, as marker-separated sections (gpunode.roles.facts.sectio
 - modinfo: `modinfo nvidia` filename/version/license (the flavour installed for this kernel);
 - persistenced: nvidia-persistenced installed, enabled, active (parse_unit_state);
 - topo_m, topo_p2p_r, topo_p2p_w: `nvidia-smi topo -m`, `topo -p2p r`, `topo -p2p w`
-  (gpunode.roles.facts.gpu_topology);
+  (gpunode.facts.gpu_topology);
 - nvidia_packages: `dpkg-query -W` over the NVIDIA packages (parse_dpkg_query);
 - kernels: `uname -r`, kernel packages, the held packages (parse_installed_kernels);
 - pveversion, boot_kernels: `pveversion`, `proxmox-boot-tool kernel list`;
@@ -38,6 +38,34 @@ from pydantic import BaseModel, ConfigDict, Field
 from pyinfra.api import FactBase
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
+from gpunode.facts.apt import AptHolds
+from gpunode.facts.bundle import FactRead
+from gpunode.facts.dpkg import InstalledPackages, parse_dpkg_query
+from gpunode.facts.gpu_topology import GpuTopology, parse_gpu_topology
+from gpunode.facts.kernels import InstalledKernels, KernelPackages, parse_installed_kernels
+from gpunode.facts.nvidia import (
+    NvidiaDriverVersion,
+    NvidiaSmi,
+    NvidiaSmiReport,
+    nvidia_module_is_open,
+    parse_nvidia_proc_version,
+    parse_nvidia_smi_xml,
+)
+from gpunode.facts.nvidia_modules import flavour_of_license, parse_modinfo_license
+from gpunode.facts.pcie import PciPaths, parse_pci_paths
+from gpunode.facts.proxmox import (
+    ProxmoxBootTool,
+    PveVersion,
+    PveVersionFact,
+    parse_proxmox_kernel_list,
+    parse_pveversion,
+)
+from gpunode.facts.sections import (
+    MARKER,
+    ls_command,
+    section_command,
+    split_sections,
+)
 from gpunode.roles.audit.container_facts import ContainerState, container_state
 from gpunode.roles.audit.gpu_facts import (
     GpuDetails,
@@ -46,34 +74,6 @@ from gpunode.roles.audit.gpu_facts import (
     parse_gpu_details,
     parse_nvlink_status,
     parse_unit_state,
-)
-from gpunode.roles.facts.apt import AptHolds
-from gpunode.roles.facts.bundle import FactRead
-from gpunode.roles.facts.dpkg import InstalledPackages, parse_dpkg_query
-from gpunode.roles.facts.gpu_topology import GpuTopology, parse_gpu_topology
-from gpunode.roles.facts.kernels import InstalledKernels, KernelPackages, parse_installed_kernels
-from gpunode.roles.facts.nvidia import (
-    NvidiaDriverVersion,
-    NvidiaSmi,
-    NvidiaSmiReport,
-    nvidia_module_is_open,
-    parse_nvidia_proc_version,
-    parse_nvidia_smi_xml,
-)
-from gpunode.roles.facts.nvidia_modules import flavour_of_license, parse_modinfo_license
-from gpunode.roles.facts.pcie import PciPaths, parse_pci_paths
-from gpunode.roles.facts.proxmox import (
-    ProxmoxBootTool,
-    PveVersion,
-    PveVersionFact,
-    parse_proxmox_kernel_list,
-    parse_pveversion,
-)
-from gpunode.roles.facts.sections import (
-    MARKER,
-    ls_command,
-    section_command,
-    split_sections,
 )
 from gpunode.roles.lxc_gpu.facts import parse_pct_list, parse_pve_lxc_config_fact
 from gpunode.roles.lxc_gpu.numa import GPU_NUMA_COMMAND, parse_gpu_numa
@@ -225,7 +225,7 @@ _CONTAINERS_LOOP = (
 )
 
 # Sections whose command is another fact's own: a bundle that reads that fact too lends its
-# output to the audit (gpunode.roles.facts.bundle.lend_sections) instead of running it twice.
+# output to the audit (gpunode.facts.bundle.lend_sections) instead of running it twice.
 LENDERS: dict[str, FactRead] = {
     "pci_paths": FactRead(PciPaths),
     "nvidia_version": FactRead(NvidiaDriverVersion),
@@ -266,7 +266,7 @@ class AuditFacts(FactBase):
     read in one command (see the module docstring); parsed into AuditExtras."""
 
     # What it reads that other facts read too: an operation that changes one of these
-    # changes this fact (gpunode.roles.facts.cache.FactChange).
+    # changes this fact (gpunode.facts.cache.FactChange).
     includes = (AptHolds, InstalledKernels, InstalledPackages, NvidiaDriverVersion, NvidiaSmi,
                 PveVersionFact, ProxmoxBootTool, SystemdStatus, SystemdEnabled)
 

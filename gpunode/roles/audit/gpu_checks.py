@@ -6,11 +6,11 @@ known limit, not a finding: custom allreduce stays off and NCCL uses PCIe P2P or
 
 from __future__ import annotations
 
+from gpunode.facts.nvidia import NvidiaGpu
+from gpunode.facts.pcie import PcieDevice
+from gpunode.profile.check import Check, not_applicable, ok
 from gpunode.roles.audit.gpu_facts import GpuDetails
 from gpunode.roles.audit.snapshot import NodeSnapshot
-from gpunode.roles.facts.nvidia import NvidiaGpu
-from gpunode.roles.facts.pcie import PcieDevice
-from gpunode.roles.profile.check import Check, not_applicable, ok
 
 GPU_CLASS_NAMES = ("VGA compatible controller", "3D controller", "Display controller")
 TEMP_MARGIN_C = 5

@@ -9,11 +9,11 @@ import xml.etree.ElementTree as ET
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpunode.roles.facts.pcie import normalize_bdf
+from gpunode.facts.pcie import normalize_bdf
 
 
 class GpuDetails(BaseModel):
-    """What the audit reads from `nvidia-smi -q -x` beyond gpunode.roles.facts.nvidia.NvidiaGpu."""
+    """What the audit reads from `nvidia-smi -q -x` beyond gpunode.facts.nvidia.NvidiaGpu."""
 
     model_config = ConfigDict(frozen=True)
 

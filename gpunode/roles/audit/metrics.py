@@ -21,7 +21,7 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from gpunode.roles.profile.check import Check
+from gpunode.profile.check import Check
 
 SETTING_STATUSES = frozenset({"ok", "P0", "P1", "P2"})
 SEVERITIES = ("P0", "P1", "P2", "limit")

@@ -16,18 +16,18 @@ from __future__ import annotations
 
 from itertools import combinations
 
-from gpunode.roles.audit.gpu_checks import lspci_gpus, smi_gpus
-from gpunode.roles.audit.snapshot import NodeSnapshot
-from gpunode.roles.facts.gpu_topology import CPU_PATHS, P2P_OK, pair_key
-from gpunode.roles.facts.pcie import PcieDevice
-from gpunode.roles.ops.pcie import (
+from gpunode.facts.gpu_topology import CPU_PATHS, P2P_OK, pair_key
+from gpunode.facts.pcie import PcieDevice
+from gpunode.ops.pcie import (
     ACS_P2P_BITS,
     ACS_SETPCI_ARGUMENT,
     acs_redirecting,
     selected_devices,
 )
-from gpunode.roles.profile.check import DEPLOY_FIX, Check, not_applicable, ok
-from gpunode.roles.profile.node import NodeProfile
+from gpunode.profile.check import DEPLOY_FIX, Check, not_applicable, ok
+from gpunode.profile.node import NodeProfile
+from gpunode.roles.audit.gpu_checks import lspci_gpus, smi_gpus
+from gpunode.roles.audit.snapshot import NodeSnapshot
 
 KIND = "GPU P2P path"
 P2P_MEANING = {"CNS": "chipset not supported", "GNS": "GPU not supported",

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import re
 
+from gpunode.facts.nvidia import NvidiaGpu
+from gpunode.facts.pcie import PcieDevice
+from gpunode.profile.check import DEPLOY_FIX, Check, not_applicable, ok
+from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.gpu_checks import (
     NOT_READ,
     _no_gpu,
@@ -24,10 +28,6 @@ from gpunode.roles.audit.gpu_checks import (
 )
 from gpunode.roles.audit.gpu_facts import GpuDetails
 from gpunode.roles.audit.snapshot import NodeSnapshot
-from gpunode.roles.facts.nvidia import NvidiaGpu
-from gpunode.roles.facts.pcie import PcieDevice
-from gpunode.roles.profile.check import DEPLOY_FIX, Check, not_applicable, ok
-from gpunode.roles.profile.node import NodeProfile
 
 SPEED_GEN = {"2.5GT/s": 1, "5GT/s": 2, "8GT/s": 3, "16GT/s": 4, "32GT/s": 5, "64GT/s": 6}
 NO_REBAR_BAR1_MIB = 256

@@ -14,7 +14,7 @@ import textwrap
 from collections.abc import Iterable
 from pathlib import Path
 
-from gpunode.roles.profile.check import Check, open_count, subject_of
+from gpunode.profile.check import Check, open_count, subject_of
 
 RANK_ORDER = {"P0": 0, "P1": 1, "P2": 2}
 REPORT_FORMATS = {"json": ("json",), "md": ("md",), "both": ("json", "md"), "none": (),

@@ -21,13 +21,13 @@ from collections.abc import Iterable
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 
+from gpunode.profile.check import Check, open_count
+from gpunode.profile.node import NodeProfile
+from gpunode.pyinfra_adapter import in_execute_stage, run_store
 from gpunode.roles.audit.checks import audit_checks, tuning_checks
 from gpunode.roles.audit.metrics import write_node_metrics
 from gpunode.roles.audit.report import counts, render_table, write_reports
 from gpunode.roles.audit.snapshot import gather_snapshot
-from gpunode.roles.profile.check import Check, open_count
-from gpunode.roles.profile.node import NodeProfile
-from gpunode.roles.pyinfra_adapter import in_execute_stage, run_store
 
 REPORTS_ATTRIBUTE = "gpunode_audit_reports"
 METRICS_FILE_DATA = "gpunode_metrics_file"

@@ -6,11 +6,8 @@ Pure functions of a NodeProfile and a NodeSnapshot. A host without an NVIDIA dri
 
 from __future__ import annotations
 
-from gpunode.roles.audit.gpu_checks import NOT_READ, is_nvidia_gpu, lspci_gpus, smi_gpus
-from gpunode.roles.audit.gpu_checks import _smi_missing as smi_missing
-from gpunode.roles.audit.snapshot import NodeSnapshot
-from gpunode.roles.facts.nvidia import NvidiaGpu
-from gpunode.roles.facts.nvidia_modules import (
+from gpunode.facts.nvidia import NvidiaGpu
+from gpunode.facts.nvidia_modules import (
     OPEN_REQUIRED,
     Flavour,
     flavour_of_packages,
@@ -18,9 +15,12 @@ from gpunode.roles.facts.nvidia_modules import (
     gpu_architectures,
     wanted_flavour,
 )
-from gpunode.roles.ops.nvidia import power_limit_targets
-from gpunode.roles.profile.check import DEPLOY_FIX, Check, not_applicable, ok
-from gpunode.roles.profile.node import NodeProfile
+from gpunode.ops.nvidia import power_limit_targets
+from gpunode.profile.check import DEPLOY_FIX, Check, not_applicable, ok
+from gpunode.profile.node import NodeProfile
+from gpunode.roles.audit.gpu_checks import NOT_READ, is_nvidia_gpu, lspci_gpus, smi_gpus
+from gpunode.roles.audit.gpu_checks import _smi_missing as smi_missing
+from gpunode.roles.audit.snapshot import NodeSnapshot
 
 NO_DRIVER = "not applicable: no NVIDIA driver on this node"
 PERSISTENCED = "nvidia-persistenced"

@@ -10,23 +10,23 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 
+from gpunode.facts.bandwidth import BandwidthResults, BandwidthTests
+from gpunode.facts.bundle import FactRead
+from gpunode.facts.cache import cached_read
+from gpunode.facts.cmdline import CmdlineState, KernelCmdline
+from gpunode.facts.cpu import CpuPower, CpuState
+from gpunode.facts.gpu_topology import GpuTopology
+from gpunode.facts.kernel_params import KernelParams, KernelParamsState
+from gpunode.facts.kernels import KernelPackages
+from gpunode.facts.nvidia import NvidiaSmiReport
+from gpunode.facts.pcie import PcieDevice, PcieDevices
+from gpunode.facts.pcie_refusals import MaxReadReqRefusals
+from gpunode.facts.proxmox import PveVersion
+from gpunode.facts.sections import as_model, as_models
+from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.container_facts import ContainerState
 from gpunode.roles.audit.facts import AuditExtras, AuditFacts, IommuState
 from gpunode.roles.audit.gpu_facts import GpuDetails, NvlinkGpu, UnitState
-from gpunode.roles.facts.bandwidth import BandwidthResults, BandwidthTests
-from gpunode.roles.facts.bundle import FactRead
-from gpunode.roles.facts.cache import cached_read
-from gpunode.roles.facts.cmdline import CmdlineState, KernelCmdline
-from gpunode.roles.facts.cpu import CpuPower, CpuState
-from gpunode.roles.facts.gpu_topology import GpuTopology
-from gpunode.roles.facts.kernel_params import KernelParams, KernelParamsState
-from gpunode.roles.facts.kernels import KernelPackages
-from gpunode.roles.facts.nvidia import NvidiaSmiReport
-from gpunode.roles.facts.pcie import PcieDevice, PcieDevices
-from gpunode.roles.facts.pcie_refusals import MaxReadReqRefusals
-from gpunode.roles.facts.proxmox import PveVersion
-from gpunode.roles.facts.sections import as_model, as_models
-from gpunode.roles.profile.node import NodeProfile
 
 
 class NodeSnapshot(BaseModel):
@@ -112,7 +112,7 @@ def verify_reads(profile: NodeProfile) -> list[FactRead]:
 def gather_snapshot(profile: NodeProfile, active_timeout_s: int | None = None) -> NodeSnapshot:
     """Read the live node through the facts (the current pyinfra host): six read-only
     commands (cmdline, CPU, kernel parameters, lspci, MaxReadReq refusals, AuditFacts), or
-    none when a prefetch (gpunode.roles.facts.cache.prefetch) already read them.
+    none when a prefetch (gpunode.facts.cache.prefetch) already read them.
 
     With `active_timeout_s` (the audit's active mode only) it also runs the bandwidth tests
     present on the node (BandwidthTests), each bounded by that many seconds."""

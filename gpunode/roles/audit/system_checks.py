@@ -9,19 +9,19 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from gpunode.facts.cmdline import grub_cmdline_value
+from gpunode.facts.dpkg import upstream_version
+from gpunode.facts.kernels import KernelPackages
+from gpunode.facts.nvidia import NvidiaSmiReport
+from gpunode.facts.pcie import PcieDevice
+from gpunode.facts.proxmox import esp_problem_message
+from gpunode.profile.check import DEPLOY_FIX, Check, not_applicable, ok
+from gpunode.profile.container import cgroup_v1_fix
+from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.container_facts import ContainerState
 from gpunode.roles.audit.gpu_checks import NOT_READ, lspci_gpus
 from gpunode.roles.audit.snapshot import NodeSnapshot
-from gpunode.roles.facts.cmdline import grub_cmdline_value
-from gpunode.roles.facts.dpkg import upstream_version
-from gpunode.roles.facts.kernels import KernelPackages
-from gpunode.roles.facts.nvidia import NvidiaSmiReport
-from gpunode.roles.facts.pcie import PcieDevice
-from gpunode.roles.facts.proxmox import esp_problem_message
 from gpunode.roles.lxc_gpu.numa import parse_cpulist
-from gpunode.roles.profile.check import DEPLOY_FIX, Check, not_applicable, ok
-from gpunode.roles.profile.container import cgroup_v1_fix
-from gpunode.roles.profile.node import NodeProfile
 
 CONTAINER_MEMLOCK = "unlimited"
 _GRUB_KERNEL_RE = re.compile(r"with Linux (\S+)\s*$")

@@ -17,21 +17,21 @@ import time
 from pyinfra import host, logger
 from pyinfra.api import operation
 
-from gpunode.roles.audit.checks import audit_checks, tuning_checks
-from gpunode.roles.audit.metrics import write_node_metrics
-from gpunode.roles.audit.run import METRICS_FILE_DATA
-from gpunode.roles.audit.snapshot import AUDIT_READ, gather_snapshot, verify_reads
-from gpunode.roles.audit.summary import open_lines, run_summary
-from gpunode.roles.facts.bundle import FactRead
-from gpunode.roles.facts.cache import prefetch
-from gpunode.roles.profile.node import NodeProfile
-from gpunode.roles.pyinfra_adapter import (
+from gpunode.facts.bundle import FactRead
+from gpunode.facts.cache import prefetch
+from gpunode.profile.node import NodeProfile
+from gpunode.pyinfra_adapter import (
     checks_for_changes,
     current_state,
     in_execute_stage,
     operation_results,
     unproxied,
 )
+from gpunode.roles.audit.checks import audit_checks, tuning_checks
+from gpunode.roles.audit.metrics import write_node_metrics
+from gpunode.roles.audit.run import METRICS_FILE_DATA
+from gpunode.roles.audit.snapshot import AUDIT_READ, gather_snapshot, verify_reads
+from gpunode.roles.audit.summary import open_lines, run_summary
 
 
 def verify_prefetch(profile: NodeProfile) -> list[FactRead]:

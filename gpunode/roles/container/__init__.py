@@ -21,11 +21,11 @@ What it changes and why:
 
 from __future__ import annotations
 
+from gpunode.ops.apt import apt_hold
+from gpunode.ops.nvidia_pin import nvidia_pin
+from gpunode.pyinfra_adapter import deploy
 from gpunode.roles.container.defaults import ContainerSettings
 from gpunode.roles.container.ops import nvidia_userspace, verify_container
-from gpunode.roles.ops.apt import apt_hold
-from gpunode.roles.ops.nvidia_pin import nvidia_pin
-from gpunode.roles.pyinfra_adapter import deploy
 
 __all__ = ["container_driver"]
 

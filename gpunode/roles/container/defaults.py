@@ -23,8 +23,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from gpunode.roles.profile.container import checked_driver_version, checked_package_names
-from gpunode.roles.profile.docs import setting_doc
+from gpunode.profile.container import checked_driver_version, checked_package_names
+from gpunode.profile.docs import setting_doc
 
 __all__ = ["CONTAINER_DATA_KEY", "DEFAULTS", "DEFAULT_PACKAGES", "READS", "SCHEMA",
            "ContainerSettings"]

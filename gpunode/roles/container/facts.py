@@ -17,7 +17,7 @@ from dataclasses import asdict
 
 from pyinfra.api import FactBase
 
-from gpunode.roles.facts.nvidia import parse_nvidia_proc_version
+from gpunode.facts.nvidia import parse_nvidia_proc_version
 from gpunode.roles.lxc_gpu.passthrough import parse_nvidia_dev_listing
 
 __all__ = [

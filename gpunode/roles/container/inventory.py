@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpunode.profile.container import ContainerSpec
+from gpunode.profile.loader import format_validation_error
 from gpunode.roles.container.defaults import CONTAINER_DATA_KEY, ContainerSettings
 from gpunode.roles.lxc_gpu.validate import ContainerDeployError
-from gpunode.roles.profile.container import ContainerSpec
-from gpunode.roles.profile.loader import format_validation_error
 
 __all__ = [
     "ContainerTarget",

@@ -15,16 +15,16 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import OperationError, operation
 
+from gpunode.facts.cache import cached_fact
+from gpunode.facts.dpkg import InstalledPackages
+from gpunode.facts.sections import fact_data
+from gpunode.ops.apt import checked_apt_update
+from gpunode.ops.changes import log_wrapped
+from gpunode.profile.check import summary_lines
+from gpunode.pyinfra_adapter import is_executing
 from gpunode.roles.container.defaults import DEFAULT_PACKAGES
 from gpunode.roles.container.facts import AptVersions, ContainerGpuState
 from gpunode.roles.container.plan import container_checks, install_command, userspace_plan
-from gpunode.roles.facts.cache import cached_fact
-from gpunode.roles.facts.dpkg import InstalledPackages
-from gpunode.roles.facts.sections import fact_data
-from gpunode.roles.ops.apt import checked_apt_update
-from gpunode.roles.ops.changes import log_wrapped
-from gpunode.roles.profile.check import summary_lines
-from gpunode.roles.pyinfra_adapter import is_executing
 
 
 @operation()

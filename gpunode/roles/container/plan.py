@@ -14,9 +14,9 @@ from typing import Any
 
 from pyinfra.api import StringCommand
 
-from gpunode.roles.facts.dpkg import upstream_version
-from gpunode.roles.ops.shell import argv_text
-from gpunode.roles.profile.check import Check, ok
+from gpunode.facts.dpkg import upstream_version
+from gpunode.ops.shell import argv_text
+from gpunode.profile.check import Check, ok
 
 __all__ = ["UserspacePlan", "container_checks", "install_command", "userspace_plan"]
 

@@ -7,7 +7,7 @@ Changes (only where an NVIDIA driver is present; elsewhere "not applicable"):
 - gpu_power_limit: nvidia-smi -pl per GPU where the limit differs, read back; the boot unit
   re-applies it after nvidia-persistenced (limits reset at every driver load). A value outside
   a GPU's min..max stops the run before any change (`gpu_runtime_problems`).
-Why each: gpunode/roles/profile/node.py (the field descriptions).
+Why each: gpunode/profile/node.py (the field descriptions).
 """
 
 from __future__ import annotations
@@ -15,17 +15,17 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from gpunode.roles.facts.bundle import FactRead
-from gpunode.roles.facts.cache import cached_fact
-from gpunode.roles.facts.dpkg import InstalledPackages
-from gpunode.roles.facts.nvidia import NvidiaDriverVersion, NvidiaSmi
-from gpunode.roles.ops import nvidia
-from gpunode.roles.ops.apt import packages_present
-from gpunode.roles.ops.changes import log_wrapped
-from gpunode.roles.ops.services import unit_enabled_and_running
-from gpunode.roles.profile.loader import ProfileError
-from gpunode.roles.profile.node import NodeProfile
-from gpunode.roles.pyinfra_adapter import deploy
+from gpunode.facts.bundle import FactRead
+from gpunode.facts.cache import cached_fact
+from gpunode.facts.dpkg import InstalledPackages
+from gpunode.facts.nvidia import NvidiaDriverVersion, NvidiaSmi
+from gpunode.ops import nvidia
+from gpunode.ops.apt import packages_present
+from gpunode.ops.changes import log_wrapped
+from gpunode.ops.services import unit_enabled_and_running
+from gpunode.profile.loader import ProfileError
+from gpunode.profile.node import NodeProfile
+from gpunode.pyinfra_adapter import deploy
 
 PERSISTENCED_PACKAGE = "nvidia-persistenced"
 PERSISTENCED_UNIT = "nvidia-persistenced.service"

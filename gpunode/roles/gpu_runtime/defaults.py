@@ -1,5 +1,5 @@
 r"""gpu_runtime defaults: the NodeProfile fields it reads. Each is documented once, in the
-schema (gpunode/roles/profile/node.py); the list below is generated from it (make docs).
+schema (gpunode/profile/node.py); the list below is generated from it (make docs).
 
 <!-- gpunode:generated role:gpu_runtime -->
 - gpu_persistence (default `true`): Keep the driver initialised between clients:
@@ -21,7 +21,7 @@ schema (gpunode/roles/profile/node.py); the list below is generated from it (mak
 <!-- /gpunode:generated -->
 """
 
-from gpunode.roles.profile.node import NodeProfile
+from gpunode.profile.node import NodeProfile
 
 SCHEMA = NodeProfile
 READS = ("gpu_persistence", "gpu_power_limit")

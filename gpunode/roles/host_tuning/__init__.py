@@ -14,24 +14,24 @@ from pyinfra import host, logger
 from pyinfra.facts.files import Directory
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
+from gpunode.facts.apt import AptCandidates
+from gpunode.facts.bundle import FactRead
+from gpunode.facts.cache import cached_fact, cached_read
+from gpunode.facts.dpkg import InstalledPackages
+from gpunode.facts.owned import OwnedFiles
+from gpunode.facts.pcie import PcieDevice, PcieDevices, PciPaths, unreadable_note
+from gpunode.facts.pcie_refusals import REFUSED_DIR
+from gpunode.facts.sections import as_models
+from gpunode.ops import cpu, modules, pcie, sysctl
+from gpunode.ops.apt import packages_present
+from gpunode.ops.changes import log_wrapped
+from gpunode.ops.files import template_file
+from gpunode.ops.preflight import uninstallable
+from gpunode.ops.services import unit_enabled_and_running
+from gpunode.profile.node import NodeProfile
+from gpunode.profile.sysctls import BEST_EFFORT_SYSCTLS
+from gpunode.pyinfra_adapter import deploy
 from gpunode.roles.audit.snapshot import snapshot_reads
-from gpunode.roles.facts.apt import AptCandidates
-from gpunode.roles.facts.bundle import FactRead
-from gpunode.roles.facts.cache import cached_fact, cached_read
-from gpunode.roles.facts.dpkg import InstalledPackages
-from gpunode.roles.facts.owned import OwnedFiles
-from gpunode.roles.facts.pcie import PcieDevice, PcieDevices, PciPaths, unreadable_note
-from gpunode.roles.facts.pcie_refusals import REFUSED_DIR
-from gpunode.roles.facts.sections import as_models
-from gpunode.roles.ops import cpu, modules, pcie, sysctl
-from gpunode.roles.ops.apt import packages_present
-from gpunode.roles.ops.changes import log_wrapped
-from gpunode.roles.ops.files import template_file
-from gpunode.roles.ops.preflight import uninstallable
-from gpunode.roles.ops.services import unit_enabled_and_running
-from gpunode.roles.profile.node import NodeProfile
-from gpunode.roles.profile.sysctls import BEST_EFFORT_SYSCTLS
-from gpunode.roles.pyinfra_adapter import deploy
 
 SYSCTL_FILE = "/etc/sysctl.d/90-gpunode.conf"
 MODULES_FILE = "/etc/modules-load.d/gpunode.conf"

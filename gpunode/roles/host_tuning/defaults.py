@@ -1,5 +1,5 @@
 r"""host_tuning defaults: the NodeProfile fields this role reads. Each is documented once, in
-the schema (gpunode/roles/profile/node.py); the list below is generated from it (make docs).
+the schema (gpunode/profile/node.py); the list below is generated from it (make docs).
 
 <!-- gpunode:generated role:host_tuning -->
 - modules (default `[nvidia_peermem]`): Kernel modules loaded now and at every boot
@@ -59,7 +59,7 @@ the schema (gpunode/roles/profile/node.py); the list below is generated from it 
 <!-- /gpunode:generated -->
 """
 
-from gpunode.roles.profile.node import DEFAULT_SYSCTLS, NodeProfile, PcieSelector
+from gpunode.profile.node import DEFAULT_SYSCTLS, NodeProfile, PcieSelector
 
 SCHEMA = NodeProfile
 READS = ("modules", "required_modules", "max_read_request", "pcie_selector", "sysctls",

@@ -11,29 +11,29 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 from pyinfra import host, logger
 
-from gpunode.roles.facts.apt import AptHolds
-from gpunode.roles.facts.bundle import FactRead
-from gpunode.roles.facts.cache import cached_fact
-from gpunode.roles.facts.cmdline import CmdlineState, KernelCmdline, missing_params
-from gpunode.roles.facts.cpu import CpuPower, CpuState
-from gpunode.roles.facts.kernels import InstalledKernels, KernelPackages
-from gpunode.roles.facts.proxmox import (
+from gpunode.facts.apt import AptHolds
+from gpunode.facts.bundle import FactRead
+from gpunode.facts.cache import cached_fact
+from gpunode.facts.cmdline import CmdlineState, KernelCmdline, missing_params
+from gpunode.facts.cpu import CpuPower, CpuState
+from gpunode.facts.kernels import InstalledKernels, KernelPackages
+from gpunode.facts.proxmox import (
     ProxmoxBootInfo,
     ProxmoxBootTool,
     PveVersion,
     PveVersionFact,
     esp_problem_message,
 )
-from gpunode.roles.facts.sections import as_model
-from gpunode.roles.ops import proxmox
-from gpunode.roles.ops.apt import apt_hold
-from gpunode.roles.ops.changes import log_wrapped
-from gpunode.roles.ops.cmdline import grub_dropin_note, kernel_cmdline, uses_systemd_boot
-from gpunode.roles.ops.cpu import cpu_cmdline_params
-from gpunode.roles.ops.reboot import reboot
-from gpunode.roles.profile.loader import ProfileError
-from gpunode.roles.profile.node import NodeProfile
-from gpunode.roles.pyinfra_adapter import deploy
+from gpunode.facts.sections import as_model
+from gpunode.ops import proxmox
+from gpunode.ops.apt import apt_hold
+from gpunode.ops.changes import log_wrapped
+from gpunode.ops.cmdline import grub_dropin_note, kernel_cmdline, uses_systemd_boot
+from gpunode.ops.cpu import cpu_cmdline_params
+from gpunode.ops.reboot import reboot
+from gpunode.profile.loader import ProfileError
+from gpunode.profile.node import NodeProfile
+from gpunode.pyinfra_adapter import deploy
 
 DEBIAN_GRUB_ENTRY = "Advanced options for Debian GNU/Linux>Debian GNU/Linux, with Linux {version}"
 

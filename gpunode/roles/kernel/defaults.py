@@ -1,5 +1,5 @@
 r"""kernel role defaults: the NodeProfile fields it reads. Each is documented once, in the
-schema (gpunode/roles/profile/node.py); the list below is generated from it (make docs).
+schema (gpunode/profile/node.py); the list below is generated from it (make docs).
 
 <!-- gpunode:generated role:kernel -->
 - max_cstate (default `1`): Deepest C-state allowed (0 = poll only, 1 = C1, up to 10). None
@@ -30,7 +30,7 @@ schema (gpunode/roles/profile/node.py); the list below is generated from it (mak
 <!-- /gpunode:generated -->
 """
 
-from gpunode.roles.profile.node import NodeProfile
+from gpunode.profile.node import NodeProfile
 
 SCHEMA = NodeProfile
 READS = ("max_cstate", "amd_pstate", "cmdline", "kernel_pin", "bootloader", "reboot",

@@ -3,7 +3,7 @@
 What it changes and why:
 
 - creates a declared container with ``pct create`` when it doesn't exist, else
-  converges its options with ``pct set`` (``gpunode.roles.profile.container``);
+  converges its options with ``pct set`` (``gpunode.profile.container``);
 - gives it the GPUs through raw ``lxc.*`` lines in /etc/pve/lxc/VMID.conf, computed
   from the host's /proc/devices and /dev/nvidia* (``passthrough``): Proxmox's API
   can't set raw lxc keys, so the file is edited, keeping every line it doesn't own,
@@ -26,8 +26,10 @@ container through ``pct exec`` (the ``container`` role).
 
 from __future__ import annotations
 
-from gpunode.roles.facts.bundle import FactRead
-from gpunode.roles.facts.cache import prefetch
+from gpunode.facts.bundle import FactRead
+from gpunode.facts.cache import prefetch
+from gpunode.profile.container import ContainerSpec
+from gpunode.pyinfra_adapter import deploy
 from gpunode.roles.lxc_gpu.ops import (
     container_config_lines,
     container_created,
@@ -36,8 +38,6 @@ from gpunode.roles.lxc_gpu.ops import (
 )
 from gpunode.roles.lxc_gpu.record import LxcGpuRecords, recorded_vmids
 from gpunode.roles.lxc_gpu.undo import container_gpu_lines_removed
-from gpunode.roles.profile.container import ContainerSpec
-from gpunode.roles.pyinfra_adapter import deploy
 
 __all__ = ["lxc_gpu", "lxc_gpu_undo"]
 

@@ -1,6 +1,6 @@
 r"""lxc_gpu defaults: the fields of one declared container (ContainerSpec), from the Proxmox
 host's data key ``gpunode_containers`` (a list of mappings, one per container). Each is
-documented once, in the schema (gpunode/roles/profile/container/spec.py); the list below is
+documented once, in the schema (gpunode/profile/container/spec.py); the list below is
 generated from it (make docs). GPU lines are computed from the host's /proc/devices and
 /dev/nvidia* (gpunode/roles/lxc_gpu/passthrough.py), never hard-coded.
 
@@ -87,8 +87,8 @@ generated from it (make docs). GPU lines are computed from the host's /proc/devi
 <!-- /gpunode:generated -->
 """
 
+from gpunode.profile.container import ContainerSpec
 from gpunode.roles.lxc_gpu.validate import CONTAINERS_DATA_KEY
-from gpunode.roles.profile.container import ContainerSpec
 
 SCHEMA = ContainerSpec
 READS = tuple(ContainerSpec.model_fields)

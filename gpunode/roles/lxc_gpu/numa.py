@@ -20,8 +20,8 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import Field
 
-from gpunode.roles.facts.pcie import normalize_bdf
-from gpunode.roles.facts.sections import MARKER, FactModel, section_command, split_sections
+from gpunode.facts.pcie import normalize_bdf
+from gpunode.facts.sections import MARKER, FactModel, section_command, split_sections
 
 __all__ = [
     "GPU_NUMA_COMMAND",

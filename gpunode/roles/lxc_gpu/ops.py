@@ -26,9 +26,21 @@ from typing import Any
 from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
 
-from gpunode.roles.facts.cache import cached_fact
-from gpunode.roles.facts.proxmox import PveVersion, PveVersionFact
-from gpunode.roles.facts.sections import as_model, fact_data
+from gpunode.facts.cache import cached_fact
+from gpunode.facts.proxmox import PveVersion, PveVersionFact
+from gpunode.facts.sections import as_model, fact_data
+from gpunode.ops.changes import log_wrapped, report_change
+from gpunode.ops.files import sha1_text
+from gpunode.ops.shell import argv, argv_text, script, script_text
+from gpunode.profile.container import (
+    ContainerSpec,
+    cgroup_v1_warning,
+    immutable_mismatches,
+    pct_create_args,
+    pct_resize_args,
+    pct_set_args,
+)
+from gpunode.pyinfra_adapter import current_state, host_prefix, is_executing, run_store
 from gpunode.roles.lxc_gpu import pve_config
 from gpunode.roles.lxc_gpu.facts import (
     GpuNumaTopology,
@@ -42,18 +54,6 @@ from gpunode.roles.lxc_gpu.passthrough import DeviceNode
 from gpunode.roles.lxc_gpu.plan import new_container_lines, restart_reasons, take_over
 from gpunode.roles.lxc_gpu.record import container_record, record_commands, recorded_after
 from gpunode.roles.lxc_gpu.takeover import Decision
-from gpunode.roles.ops.changes import log_wrapped, report_change
-from gpunode.roles.ops.files import sha1_text
-from gpunode.roles.ops.shell import argv, argv_text, script, script_text
-from gpunode.roles.profile.container import (
-    ContainerSpec,
-    cgroup_v1_warning,
-    immutable_mismatches,
-    pct_create_args,
-    pct_resize_args,
-    pct_set_args,
-)
-from gpunode.roles.pyinfra_adapter import current_state, host_prefix, is_executing, run_store
 
 PVE_LXC_DIR = "/etc/pve/lxc"
 BACKUP_DIR = "/var/backups/gpunode/pve-lxc"

@@ -26,6 +26,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpunode.profile.container import (
+    ContainerSpec,
+    cgroup_v1_warning,
+    immutable_mismatches,
+    pct_create_args,
+    pct_resize_args,
+    pct_set_args,
+)
 from gpunode.roles.lxc_gpu import pve_config
 from gpunode.roles.lxc_gpu.numa import GpuNuma, local_cpuset
 from gpunode.roles.lxc_gpu.passthrough import (
@@ -50,14 +58,6 @@ from gpunode.roles.lxc_gpu.takeover import (
     nvidia_allow,
     passthrough_style,
     stale_allow,
-)
-from gpunode.roles.profile.container import (
-    ContainerSpec,
-    cgroup_v1_warning,
-    immutable_mismatches,
-    pct_create_args,
-    pct_resize_args,
-    pct_set_args,
 )
 
 __all__ = [

@@ -21,8 +21,9 @@ import shlex
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
-from gpunode.roles.facts.cache import cached_fact, changes_fact
-from gpunode.roles.facts.sections import fact_data
+from gpunode.facts.cache import cached_fact, changes_fact
+from gpunode.facts.sections import fact_data
+from gpunode.ops.changes import report_change
 from gpunode.roles.lxc_gpu.facts import PctList, PveLxcConfigText
 from gpunode.roles.lxc_gpu.ops import (
     _log_once as log_once,
@@ -38,7 +39,6 @@ from gpunode.roles.lxc_gpu.record import (
     record_path,
     without_added,
 )
-from gpunode.roles.ops.changes import report_change
 
 
 @operation()

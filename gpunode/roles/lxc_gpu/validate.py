@@ -19,9 +19,16 @@ from typing import Any
 
 from pyinfra.api.exceptions import PyinfraError
 
-from gpunode.roles.facts.nvidia import NvidiaDriverVersion
-from gpunode.roles.facts.proxmox import PveVersion, PveVersionFact
-from gpunode.roles.facts.sections import as_model, fact_data
+from gpunode.facts.nvidia import NvidiaDriverVersion
+from gpunode.facts.proxmox import PveVersion, PveVersionFact
+from gpunode.facts.sections import as_model, fact_data
+from gpunode.profile.container import (
+    ContainerSpec,
+    ContainerSpecError,
+    SpecProblem,
+    immutable_mismatches,
+    validate_containers,
+)
 from gpunode.roles.lxc_gpu import pve_config
 from gpunode.roles.lxc_gpu.facts import (
     GpuNumaTopology,
@@ -35,13 +42,6 @@ from gpunode.roles.lxc_gpu.numa import GpuNuma, format_cpulist, parse_cpulist
 from gpunode.roles.lxc_gpu.passthrough import DeviceNode, PassthroughError, gpu_indices_on_host
 from gpunode.roles.lxc_gpu.plan import gpu_lines
 from gpunode.roles.lxc_gpu.takeover import passthrough_style
-from gpunode.roles.profile.container import (
-    ContainerSpec,
-    ContainerSpecError,
-    SpecProblem,
-    immutable_mismatches,
-    validate_containers,
-)
 
 __all__ = [
     "CONTAINERS_DATA_KEY",

@@ -6,7 +6,7 @@ installed (or loaded) version is reported and changed only when nvidia_driver_ch
 then the pin selects the version and apt installs it; the new module is live after a reboot.
 
 Flavour (nvidia_kernel_modules): the loaded and installed module's flavour (open or
-proprietary) is compared with the one the GPUs want (gpunode.roles.facts.nvidia_modules); a
+proprietary) is compared with the one the GPUs want (gpunode.facts.nvidia_modules); a
 mismatch is reported, and only with nvidia_driver_change the flavour's packages are installed
 (Debian or CUDA repository names, nvidia_repository), live after a reboot.
 """
@@ -17,12 +17,12 @@ from pydantic import BaseModel, ConfigDict
 from pyinfra import host, logger
 from pyinfra.operations import server
 
-from gpunode.roles.facts.apt import AptHolds
-from gpunode.roles.facts.bundle import FactRead
-from gpunode.roles.facts.cache import cached_fact
-from gpunode.roles.facts.dpkg import InstalledPackages, upstream_version
-from gpunode.roles.facts.nvidia import NvidiaDriverVersion, NvidiaSmi, NvidiaSmiReport
-from gpunode.roles.facts.nvidia_modules import (
+from gpunode.facts.apt import AptHolds
+from gpunode.facts.bundle import FactRead
+from gpunode.facts.cache import cached_fact
+from gpunode.facts.dpkg import InstalledPackages, upstream_version
+from gpunode.facts.nvidia import NvidiaDriverVersion, NvidiaSmi, NvidiaSmiReport
+from gpunode.facts.nvidia_modules import (
     Flavour,
     NvidiaKernelModule,
     NvidiaModuleState,
@@ -31,16 +31,16 @@ from gpunode.roles.facts.nvidia_modules import (
     gpu_architectures,
     wanted_flavour,
 )
-from gpunode.roles.facts.owned import OwnedFiles
-from gpunode.roles.facts.pcie import PcieDevice, PcieDevices
-from gpunode.roles.facts.sections import as_model, as_models, fact_data
+from gpunode.facts.owned import OwnedFiles
+from gpunode.facts.pcie import PcieDevice, PcieDevices
+from gpunode.facts.sections import as_model, as_models, fact_data
+from gpunode.ops.apt import apt_hold, apt_update
+from gpunode.ops.changes import log_wrapped, report_change
+from gpunode.ops.nvidia_pin import NVIDIA_PATTERNS, PREFERENCES_FILE, nvidia_pin
+from gpunode.ops.shell import argv_text
+from gpunode.profile.node import NodeProfile
+from gpunode.pyinfra_adapter import deploy
 from gpunode.roles.nvidia_driver.packages import driver_release_packages
-from gpunode.roles.ops.apt import apt_hold, apt_update
-from gpunode.roles.ops.changes import log_wrapped, report_change
-from gpunode.roles.ops.nvidia_pin import NVIDIA_PATTERNS, PREFERENCES_FILE, nvidia_pin
-from gpunode.roles.ops.shell import argv_text
-from gpunode.roles.profile.node import NodeProfile
-from gpunode.roles.pyinfra_adapter import deploy
 
 
 class DriverPlan(BaseModel):

@@ -1,5 +1,5 @@
 r"""nvidia_driver defaults: the NodeProfile fields it reads. Each is documented once, in the
-schema (gpunode/roles/profile/node.py); the list below is generated from it (make docs).
+schema (gpunode/profile/node.py); the list below is generated from it (make docs).
 
 <!-- gpunode:generated role:nvidia_driver -->
 - nvidia_driver (default `null`): NVIDIA driver version to hold, e.g. '550.127.05'; None = no
@@ -29,7 +29,7 @@ schema (gpunode/roles/profile/node.py); the list below is generated from it (mak
 <!-- /gpunode:generated -->
 """
 
-from gpunode.roles.profile.node import NodeProfile
+from gpunode.profile.node import NodeProfile
 
 SCHEMA = NodeProfile
 READS = ("nvidia_driver", "nvidia_driver_change", "nvidia_packages", "nvidia_repository",

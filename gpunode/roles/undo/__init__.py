@@ -19,13 +19,13 @@ from pyinfra import host, logger
 from pyinfra.facts.files import Directory
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from gpunode.roles.facts.apt import AptHolds
-from gpunode.roles.facts.bundle import FactRead
-from gpunode.roles.facts.cache import cached_fact
-from gpunode.roles.facts.cmdline import CmdlineState, KernelCmdline
-from gpunode.roles.facts.kernel_params import KernelParams, KernelParamsState
-from gpunode.roles.facts.nvidia import NvidiaDriverVersion
-from gpunode.roles.facts.owned import (
+from gpunode.facts.apt import AptHolds
+from gpunode.facts.bundle import FactRead
+from gpunode.facts.cache import cached_fact
+from gpunode.facts.cmdline import CmdlineState, KernelCmdline
+from gpunode.facts.kernel_params import KernelParams, KernelParamsState
+from gpunode.facts.nvidia import NvidiaDriverVersion
+from gpunode.facts.owned import (
     STATE_DIR,
     DirEntries,
     KeptOriginals,
@@ -36,18 +36,18 @@ from gpunode.roles.facts.owned import (
     original_path,
     written_path,
 )
-from gpunode.roles.facts.sections import as_model
-from gpunode.roles.ops.changes import log_wrapped
-from gpunode.roles.ops.services import unit_disabled
-from gpunode.roles.ops.state import recorded_state, state_forgotten, state_recorded
-from gpunode.roles.ops.sysctl import sysctl_values
-from gpunode.roles.ops.undo import (
+from gpunode.facts.sections import as_model
+from gpunode.ops.changes import log_wrapped
+from gpunode.ops.services import unit_disabled
+from gpunode.ops.state import recorded_state, state_forgotten, state_recorded
+from gpunode.ops.sysctl import sysctl_values
+from gpunode.ops.undo import (
     created_folder_removed,
     edited_file_restored,
     holds_released,
     owned_file_removed,
 )
-from gpunode.roles.pyinfra_adapter import deploy
+from gpunode.pyinfra_adapter import deploy
 
 
 class UndoTargets(BaseModel):

@@ -19,27 +19,27 @@ from __future__ import annotations
 from pyinfra.facts.files import Directory
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from gpunode.roles.facts.bundle import FactRead
-from gpunode.roles.facts.cache import cached_fact
-from gpunode.roles.facts.cmdline import format_param
-from gpunode.roles.facts.cpu import CpuPower, CpuState
-from gpunode.roles.facts.kernel_params import SYSCTL_REFUSED_DIR, normalize_sysctl_value
-from gpunode.roles.facts.owned import (
+from gpunode.facts.bundle import FactRead
+from gpunode.facts.cache import cached_fact
+from gpunode.facts.cmdline import format_param
+from gpunode.facts.cpu import CpuPower, CpuState
+from gpunode.facts.kernel_params import SYSCTL_REFUSED_DIR, normalize_sysctl_value
+from gpunode.facts.owned import (
     DirEntries,
     KeptOriginals,
     OwnedFiles,
     ancestors,
     original_path,
 )
-from gpunode.roles.facts.pcie_refusals import REFUSED_DIR
-from gpunode.roles.facts.sections import as_model, fact_data
-from gpunode.roles.ops.cpu import cpu_cmdline_params
-from gpunode.roles.ops.files import directory_present, render_template, template_file
-from gpunode.roles.ops.modules import module_plan_for_host
-from gpunode.roles.ops.services import systemd_booted, unit_disabled, unit_enabled_and_running
-from gpunode.roles.ops.undo import created_folder_removed, owned_file_removed
-from gpunode.roles.profile.node import NodeProfile
-from gpunode.roles.pyinfra_adapter import deploy
+from gpunode.facts.pcie_refusals import REFUSED_DIR
+from gpunode.facts.sections import as_model, fact_data
+from gpunode.ops.cpu import cpu_cmdline_params
+from gpunode.ops.files import directory_present, render_template, template_file
+from gpunode.ops.modules import module_plan_for_host
+from gpunode.ops.services import systemd_booted, unit_disabled, unit_enabled_and_running
+from gpunode.ops.undo import created_folder_removed, owned_file_removed
+from gpunode.profile.node import NodeProfile
+from gpunode.pyinfra_adapter import deploy
 
 VERIFY_SCRIPT = "/usr/local/sbin/gpunode-verify"
 VERIFY_SERVICE = "gpunode-verify.service"

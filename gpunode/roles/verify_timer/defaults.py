@@ -1,5 +1,5 @@
 r"""verify_timer defaults: the NodeProfile fields it reads. Each is documented once, in the
-schema (gpunode/roles/profile/node.py); the list below is generated from it (make docs).
+schema (gpunode/profile/node.py); the list below is generated from it (make docs).
 
 <!-- gpunode:generated role:verify_timer -->
 - verify_timer (default `false`): Install gpunode-verify.timer: every verify_interval the node
@@ -16,7 +16,7 @@ schema (gpunode/roles/profile/node.py); the list below is generated from it (mak
 <!-- /gpunode:generated -->
 """
 
-from gpunode.roles.profile.node import NodeProfile
+from gpunode.profile.node import NodeProfile
 
 SCHEMA = NodeProfile
 READS = ("verify_timer", "verify_interval", "metrics_dir")

@@ -10,31 +10,31 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from gpunode.roles.audit.container_facts import ContainerState, container_state
-from gpunode.roles.audit.facts import IommuState
-from gpunode.roles.audit.gpu_facts import parse_gpu_details, parse_nvlink_status
-from gpunode.roles.audit.snapshot import NodeSnapshot
-from gpunode.roles.facts.cmdline import (
+from gpunode.facts.cmdline import (
     CmdlineState,
     edit_grub_default,
     grub_cmdline_value,
     merge_cmdline,
     split_cmdline,
 )
-from gpunode.roles.facts.cpu import CpuState, parse_idle_states
-from gpunode.roles.facts.kernel_params import KernelParamsState
-from gpunode.roles.facts.kernels import KernelPackages, parse_kernel_packages
-from gpunode.roles.facts.nvidia import (
+from gpunode.facts.cpu import CpuState, parse_idle_states
+from gpunode.facts.kernel_params import KernelParamsState
+from gpunode.facts.kernels import KernelPackages, parse_kernel_packages
+from gpunode.facts.nvidia import (
     NvidiaSmiReport,
     nvidia_module_is_open,
     parse_nvidia_proc_version,
     parse_nvidia_smi_xml,
 )
-from gpunode.roles.facts.pcie import PcieDevice, parse_lspci_vvv
-from gpunode.roles.facts.proxmox import parse_proxmox_kernel_list, parse_pveversion
+from gpunode.facts.pcie import PcieDevice, parse_lspci_vvv
+from gpunode.facts.proxmox import parse_proxmox_kernel_list, parse_pveversion
+from gpunode.ops.cpu import cpu_cmdline_params
+from gpunode.profile.node import DEFAULT_SYSCTLS, NodeProfile
+from gpunode.roles.audit.container_facts import ContainerState, container_state
+from gpunode.roles.audit.facts import IommuState
+from gpunode.roles.audit.gpu_facts import parse_gpu_details, parse_nvlink_status
+from gpunode.roles.audit.snapshot import NodeSnapshot
 from gpunode.roles.lxc_gpu.pve_config import parse_pve_lxc_config, render, with_lxc_entry
-from gpunode.roles.ops.cpu import cpu_cmdline_params
-from gpunode.roles.profile.node import DEFAULT_SYSCTLS, NodeProfile
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 

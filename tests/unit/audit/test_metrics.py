@@ -11,6 +11,9 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpunode.facts.cpu import CpuState
+from gpunode.profile.check import Check, ok
+from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.metrics import (
     HELP,
     metrics_path,
@@ -19,9 +22,6 @@ from gpunode.roles.audit.metrics import (
     write_node_metrics,
 )
 from gpunode.roles.audit.summary import open_lines, run_summary, verified_text
-from gpunode.roles.facts.cpu import CpuState
-from gpunode.roles.profile.check import Check, ok
-from gpunode.roles.profile.node import NodeProfile
 from gpunode.roles.verify_timer import render_script
 
 SETTINGS = [

@@ -3,10 +3,10 @@ topo matrices. Devices are real lspci captures; switch ports are the ROMED8-2T r
 capture moved to other addresses (changed, as marked), the sysfs paths synthetic strings in
 `readlink -f` form."""
 
+from gpunode.facts.gpu_topology import parse_gpu_topology
+from gpunode.facts.pcie import parse_pci_paths
+from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.p2p_checks import check_p2p_paths, split_path
-from gpunode.roles.facts.gpu_topology import parse_gpu_topology
-from gpunode.roles.facts.pcie import parse_pci_paths
-from gpunode.roles.profile.node import NodeProfile
 
 from ._nodes import by_name, lspci, read
 from .test_rules import ESC8000A, bare, smi

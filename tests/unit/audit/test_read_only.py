@@ -22,13 +22,13 @@ from pyinfra.api import FunctionCommand
 from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_host, ctx_state
 
+from gpunode.facts.kernel_params import KernelParams
+from gpunode.facts.sections import MARKER
+from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.facts import AuditFacts
 from gpunode.roles.audit.run import audit_node
 from gpunode.roles.audit.snapshot import gather_snapshot
 from gpunode.roles.audit.verify import verify_node
-from gpunode.roles.facts.kernel_params import KernelParams
-from gpunode.roles.facts.sections import MARKER
-from gpunode.roles.profile.node import NodeProfile
 
 ROOT = Path(__file__).resolve().parents[3]
 

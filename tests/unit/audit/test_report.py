@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from gpunode.profile.check import Check, subject_of
 from gpunode.roles.audit.checks import audit_checks
 from gpunode.roles.audit.report import (
     exit_status,
@@ -17,7 +18,6 @@ from gpunode.roles.audit.report import (
     verdict,
     write_reports,
 )
-from gpunode.roles.profile.check import Check, subject_of
 
 from ._nodes import healthy, misconfigured
 

@@ -3,6 +3,14 @@ with that fault does not exist; the change is named in the test)."""
 
 import pytest
 
+from gpunode.facts.cmdline import CmdlineState
+from gpunode.facts.cpu import CpuState
+from gpunode.facts.kernel_params import KernelParamsState
+from gpunode.facts.kernels import parse_installed_kernels, parse_kernel_packages
+from gpunode.facts.nvidia import parse_nvidia_smi_xml
+from gpunode.facts.proxmox import PveVersion, parse_proxmox_boot_tool_status
+from gpunode.ops.cmdline import set_grub_default_entry
+from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.checks import audit_checks
 from gpunode.roles.audit.facts import IommuState
 from gpunode.roles.audit.gpu_checks import NO_NVLINK, check_gpu_state, check_nvlink
@@ -21,15 +29,7 @@ from gpunode.roles.audit.system_checks import (
     check_driver,
     check_kernel,
 )
-from gpunode.roles.facts.cmdline import CmdlineState
-from gpunode.roles.facts.cpu import CpuState
-from gpunode.roles.facts.kernel_params import KernelParamsState
-from gpunode.roles.facts.kernels import parse_installed_kernels, parse_kernel_packages
-from gpunode.roles.facts.nvidia import parse_nvidia_smi_xml
-from gpunode.roles.facts.proxmox import PveVersion, parse_proxmox_boot_tool_status
 from gpunode.roles.lxc_gpu.pve_config import parse_pve_lxc_config, render, with_lxc_entry
-from gpunode.roles.ops.cmdline import set_grub_default_entry
-from gpunode.roles.profile.node import NodeProfile
 
 from ._nodes import (
     CT_MEMLOCK_8M,

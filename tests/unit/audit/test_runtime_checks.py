@@ -3,14 +3,14 @@ reports, /proc/driver/nvidia/version and modinfo outputs."""
 
 import pytest
 
+from gpunode.facts.nvidia import nvidia_module_is_open, parse_nvidia_proc_version
+from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.gpu_facts import UnitState, parse_unit_state
 from gpunode.roles.audit.runtime_checks import (
     check_module_flavour,
     check_persistence,
     check_power_limits,
 )
-from gpunode.roles.facts.nvidia import nvidia_module_is_open, parse_nvidia_proc_version
-from gpunode.roles.profile.node import NodeProfile
 
 from ._nodes import by_name, lspci, read
 from .test_rules import ESC8000A, P100_XML, bare, smi
@@ -150,8 +150,8 @@ def test_installed_flavour_differs_from_the_loaded_one_waits_for_a_reboot():
 
 
 def test_measured_bandwidth_against_the_links():
+    from gpunode.facts.bandwidth import BandwidthResults, parse_nccl_perf, parse_p2p_bandwidth
     from gpunode.roles.audit.bandwidth_checks import check_measured_bandwidth
-    from gpunode.roles.facts.bandwidth import BandwidthResults, parse_nccl_perf, parse_p2p_bandwidth
 
     assert check_measured_bandwidth(bare()) == []  # active mode off: no rows
     (none,) = check_measured_bandwidth(bare(bandwidth=BandwidthResults()))

@@ -10,7 +10,7 @@ import os
 import subprocess
 from pathlib import Path
 
-from gpunode.roles.facts.apt import HOLDS_COMMAND, AptCandidates, AptHolds, parse_showhold
+from gpunode.facts.apt import HOLDS_COMMAND, AptCandidates, AptHolds, parse_showhold
 
 # `dpkg-query -W -f='${db:Status-Want} ${binary:Package}\n'` on an amd64 host with i386 added:
 # Multi-Arch: same packages carry their architecture, others don't.

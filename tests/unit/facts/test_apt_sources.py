@@ -3,7 +3,7 @@ captures (tests/data/apt, SOURCES.md)."""
 
 import pytest
 
-from gpunode.roles.facts.apt_sources import (
+from gpunode.facts.apt_sources import (
     APT_SOURCES_COMMAND,
     parse_apt_sources_sections,
     parse_apt_update,
@@ -13,7 +13,7 @@ from gpunode.roles.facts.apt_sources import (
     signature_problem_message,
     source_for,
 )
-from gpunode.roles.ops.apt import APT_UPDATE_COMMAND, update_messages
+from gpunode.ops.apt import APT_UPDATE_COMMAND, update_messages
 
 from ._data import read
 

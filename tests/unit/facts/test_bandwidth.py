@@ -2,14 +2,14 @@
 
 import pytest
 
-from gpunode.roles.facts.bandwidth import (
+from gpunode.facts.bandwidth import (
     bandwidth_command,
     parse_bandwidth_results,
     parse_nccl_perf,
     parse_p2p_bandwidth,
     pcie_link_gbs,
 )
-from gpunode.roles.facts.sections import MARKER
+from gpunode.facts.sections import MARKER
 
 from ._data import read
 

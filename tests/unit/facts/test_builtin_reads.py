@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gpunode.roles.facts.cmdline import CMDLINE_COMMAND, GRUB_DROPIN_DIR, parse_cmdline_sections
-from gpunode.roles.facts.sections import cat_command, ls_command
+from gpunode.facts.cmdline import CMDLINE_COMMAND, GRUB_DROPIN_DIR, parse_cmdline_sections
+from gpunode.facts.sections import cat_command, ls_command
 
 
 def sh(command: str) -> str:

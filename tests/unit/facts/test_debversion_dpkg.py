@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from gpunode.roles.facts.debversion import compare_versions, version_key
+from gpunode.facts.debversion import compare_versions, version_key
 
 VERSIONS = [
     # kernel releases (uname -r) of Debian 12/13, backports, Proxmox VE 7-9, custom builds

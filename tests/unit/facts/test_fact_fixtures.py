@@ -12,7 +12,7 @@ from pyinfra_testing.facts import make_fact_tests
 FIXTURES = Path(__file__).parent / "fixtures"
 
 for _folder in sorted(p for p in FIXTURES.iterdir() if p.is_dir()):
-    _cls = make_fact_tests("gpunode.roles.facts", _folder.name, _folder)
+    _cls = make_fact_tests("gpunode.facts", _folder.name, _folder)
     globals()["TestFact_" + _folder.name.replace(".", "_")] = _cls
 
 del _folder, _cls

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpunode.roles.facts.kernels import (
+from gpunode.facts.kernels import (
     KERNELS_MARKER_DPKG,
     KERNELS_MARKER_HOLD,
     KERNELS_MARKER_UNAME,

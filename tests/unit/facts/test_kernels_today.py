@@ -8,15 +8,15 @@ import re
 
 import pytest
 
-from gpunode.roles.facts.kernels import (
+from gpunode.facts.kernels import (
     is_kernel_release,
     kernel_version_from_package,
     parse_kernel_packages,
 )
-from gpunode.roles.facts.proxmox import parse_proxmox_kernel_list, parse_pveversion
+from gpunode.facts.proxmox import parse_proxmox_kernel_list, parse_pveversion
+from gpunode.profile.loader import ProfileError
+from gpunode.profile.node import NodeProfile
 from gpunode.roles.kernel import plan_kernel_pin
-from gpunode.roles.profile.loader import ProfileError
-from gpunode.roles.profile.node import NodeProfile
 
 from ._data import read
 
@@ -177,9 +177,9 @@ def test_pveversion_of_proxmox_ve_9(relative, manager, kernel):
 
 
 def test_audit_kernel_check_on_pve9_and_debian13():
+    from gpunode.facts.cmdline import CmdlineState
+    from gpunode.ops.cmdline import set_grub_default_entry
     from gpunode.roles.audit.system_checks import check_kernel
-    from gpunode.roles.facts.cmdline import CmdlineState
-    from gpunode.roles.ops.cmdline import set_grub_default_entry
     from tests.unit.audit.test_rules import bare
 
     (pve9,) = check_kernel(NodeProfile(), bare(kernels=pveversion_kernels(

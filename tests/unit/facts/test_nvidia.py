@@ -4,7 +4,7 @@ import subprocess
 
 import pytest
 
-from gpunode.roles.facts.nvidia import (
+from gpunode.facts.nvidia import (
     NvidiaDriverVersion,
     NvidiaSmi,
     nvidia_module_is_open,

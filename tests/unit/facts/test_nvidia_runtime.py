@@ -2,9 +2,9 @@
 
 import pytest
 
-from gpunode.roles.facts.gpu_topology import parse_gpu_topology, parse_topo_matrix
-from gpunode.roles.facts.nvidia import parse_nvidia_smi_xml
-from gpunode.roles.facts.nvidia_modules import (
+from gpunode.facts.gpu_topology import parse_gpu_topology, parse_topo_matrix
+from gpunode.facts.nvidia import parse_nvidia_smi_xml
+from gpunode.facts.nvidia_modules import (
     MODULE_STATE_COMMAND,
     architecture_from_name,
     flavour_of_license,
@@ -13,9 +13,9 @@ from gpunode.roles.facts.nvidia_modules import (
     parse_module_state,
     wanted_flavour,
 )
-from gpunode.roles.facts.pcie import parse_lspci_vvv
-from gpunode.roles.facts.sections import MARKER
-from gpunode.roles.ops.nvidia import power_limit_command, power_limit_targets
+from gpunode.facts.pcie import parse_lspci_vvv
+from gpunode.facts.sections import MARKER
+from gpunode.ops.nvidia import power_limit_command, power_limit_targets
 
 from ._data import read
 
@@ -133,9 +133,9 @@ def test_power_limit_command_reads_back():
 
 
 def test_lab_root_ports_acs_and_the_bridges_above_the_standins():
-    from gpunode.roles.facts.pcie import parse_pci_paths
-    from gpunode.roles.ops.pcie import acs_redirecting, bridges_above
-    from gpunode.roles.profile.node import PcieSelector
+    from gpunode.facts.pcie import parse_pci_paths
+    from gpunode.ops.pcie import acs_redirecting, bridges_above
+    from gpunode.profile.node import PcieSelector
 
     devices = parse_lspci_vvv(read("pcie/lspci_vvvnnD_lab_qemu_root_ports_acs_off.txt"))
     (on,) = parse_lspci_vvv(read("pcie/lspci_vvvnnD_lab_qemu_root_port_acs_on.txt"))

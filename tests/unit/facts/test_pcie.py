@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpunode.roles.facts.pcie import (
+from gpunode.facts.pcie import (
     PcieDevice,
     PcieDevices,
     matches,
@@ -192,11 +192,11 @@ def test_fact_command_and_process():
 def test_unreadable_block_is_kept_with_its_bdf_and_never_selected():
     """A function whose config space reads all ones ('!!! Unknown header type 7f'): kept in
     the list with its BDF and why, selected by no selector, reported by deploy and audit."""
+    from gpunode.facts.pcie import unreadable_note
+    from gpunode.ops.pcie import selected_devices
+    from gpunode.profile.node import PcieSelector
     from gpunode.roles.audit.gpu_checks import is_nvidia_gpu
     from gpunode.roles.audit.pcie_checks import check_unreadable_pcie
-    from gpunode.roles.facts.pcie import unreadable_note
-    from gpunode.roles.ops.pcie import selected_devices
-    from gpunode.roles.profile.node import PcieSelector
 
     (dev,) = parse_lspci_vvv(read("pcie/lspci_vvvxnn_unknown_header_7f_navi10_bridge.txt"))
     assert dev.bdf == "0000:01:00.0"
@@ -217,7 +217,7 @@ def test_unreadable_block_is_kept_with_its_bdf_and_never_selected():
 
 
 def test_a_block_the_parser_trips_on_is_reported_not_dropped(monkeypatch):
-    import gpunode.roles.facts.pcie as pcie
+    import gpunode.facts.pcie as pcie
 
     text = read("pcie/lspci_vvnn_g482z54_rtx3090.txt")
     real = pcie._parse_body

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpunode.roles.facts.proxmox import (
+from gpunode.facts.proxmox import (
     BOOT_TOOL_SECTION_MARKER,
     ProxmoxBootTool,
     PveVersionFact,

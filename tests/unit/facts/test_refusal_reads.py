@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import subprocess
 
-from gpunode.roles.facts.pcie_refusals import REFUSED_DIR, MaxReadReqRefusals
+from gpunode.facts.pcie_refusals import REFUSED_DIR, MaxReadReqRefusals
 
 
 def test_refusals_are_read_per_device_with_shell_builtins(tmp_path):

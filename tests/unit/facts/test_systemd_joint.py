@@ -1,5 +1,5 @@
 """SystemdStatus and SystemdEnabled of the same units, read by one `systemctl show`
-(gpunode.roles.facts.systemd.SystemdUnits) in a real shell: a stand-in systemctl on PATH prints
+(gpunode.facts.systemd.SystemdUnits) in a real shell: a stand-in systemctl on PATH prints
 the lab guest's captured output (tests/data/systemd/, systemd 257 on Debian 13), keeping only
 the properties it is asked for, as systemctl does. Each fact's value from the joint read is the
 one its own command gives; the real systemctl is exercised by the lab tier's no-op runs."""
@@ -12,8 +12,8 @@ from pathlib import Path
 
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from gpunode.roles.facts.bundle import FactRead, bundle_command, bundle_values, issued_reads
-from gpunode.roles.facts.systemd import SystemdUnits
+from gpunode.facts.bundle import FactRead, bundle_command, bundle_values, issued_reads
+from gpunode.facts.systemd import SystemdUnits
 
 DATA = Path(__file__).parents[2] / "data" / "systemd" / "show-units-trixie.txt"
 UNITS = ["ssh.service", "nvidia-persistenced.service", "systemd-journald.service",

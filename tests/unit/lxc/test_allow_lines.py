@@ -2,11 +2,11 @@
 8-GPU host of test_takeover (nvidia-frontend 195, nvidia-caps 235, nvidia-uvm 510): the lines
 are the ones the public configs of tests/data/lxc write, composed so each verdict shows."""
 
+from gpunode.profile.container import ContainerSpec
 from gpunode.roles.lxc_gpu import pve_config as pc
 from gpunode.roles.lxc_gpu.gpu_lines import dev_path, parse_allow
 from gpunode.roles.lxc_gpu.passthrough import parse_nvidia_dev_listing, parse_proc_devices
 from gpunode.roles.lxc_gpu.plan import edit_config_text, take_over
-from gpunode.roles.profile.container import ContainerSpec
 from tests.unit.lxc._data import read
 
 MAJORS = parse_proc_devices(read("proc-devices-ocp-efa-nvswitch.txt"))

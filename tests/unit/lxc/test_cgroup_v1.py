@@ -3,11 +3,11 @@ a container config that has them is reported with the lxc.cgroup2.* line to writ
 
 import pytest
 
+from gpunode.facts.proxmox import PveVersion
+from gpunode.profile.container import cgroup_v1_fix, parse_extra_lxc_line
 from gpunode.roles.audit.system_checks import check_containers
-from gpunode.roles.facts.proxmox import PveVersion
 from gpunode.roles.lxc_gpu import pve_config as pc
 from gpunode.roles.lxc_gpu.plan import plan_container
-from gpunode.roles.profile.container import cgroup_v1_fix, parse_extra_lxc_line
 from tests.unit.audit._nodes import gpu_container
 from tests.unit.audit.test_rules import bare
 from tests.unit.lxc._data import ALL_CONFIGS, read

@@ -10,6 +10,8 @@ from pyinfra.context import ctx_host, ctx_state
 from pyinfra_testing.util import FakeState, create_host
 
 import gpunode.roles.container.ops as ops
+from gpunode.facts.apt_sources import parse_apt_update_log, parse_sources_list
+from gpunode.ops.apt import APT_UPDATE_COMMAND
 from gpunode.roles.container.defaults import DEFAULT_PACKAGES, ContainerSettings
 from gpunode.roles.container.facts import (
     CONTAINER_GPU_STATE_COMMAND,
@@ -23,9 +25,7 @@ from gpunode.roles.container.inventory import (
     validate_container_targets,
 )
 from gpunode.roles.container.plan import container_checks, install_command, userspace_plan
-from gpunode.roles.facts.apt_sources import parse_apt_update_log, parse_sources_list
 from gpunode.roles.lxc_gpu.validate import ContainerDeployError
-from gpunode.roles.ops.apt import APT_UPDATE_COMMAND
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 

@@ -3,8 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
-from gpunode.roles.lxc_gpu import pve_config as pc
-from gpunode.roles.profile.container import (
+from gpunode.profile.container import (
     ContainerSpec,
     ContainerSpecError,
     immutable_mismatches,
@@ -14,6 +13,7 @@ from gpunode.roles.profile.container import (
     pct_set_args,
     validate_containers,
 )
+from gpunode.roles.lxc_gpu import pve_config as pc
 from tests.unit.lxc._data import read
 
 TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from gpunode.roles.facts.sections import section_command
+from gpunode.facts.sections import section_command
 from gpunode.roles.lxc_gpu.numa import (
     GpuNuma,
     format_cpulist,

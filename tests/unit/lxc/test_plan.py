@@ -1,9 +1,9 @@
 """The per-container plan: create, converge, and the restart / 'pending restart' rule."""
 
+from gpunode.profile.container import ContainerSpec
 from gpunode.roles.lxc_gpu import pve_config as pc
 from gpunode.roles.lxc_gpu.passthrough import parse_nvidia_dev_listing, parse_proc_devices
 from gpunode.roles.lxc_gpu.plan import edit_config_text, plan_container
-from gpunode.roles.profile.container import ContainerSpec
 from tests.unit.lxc._data import read
 
 TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"

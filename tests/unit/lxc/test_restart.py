@@ -1,6 +1,7 @@
 """'pending restart' is read from the live node: the declared lines against the LXC config
 the running container was started with (/var/lib/lxc/VMID/config)."""
 
+from gpunode.profile.container import ContainerSpec
 from gpunode.roles.lxc_gpu.passthrough import parse_nvidia_dev_listing, parse_proc_devices
 from gpunode.roles.lxc_gpu.plan import (
     desired_lxc_lines,
@@ -8,7 +9,6 @@ from gpunode.roles.lxc_gpu.plan import (
     parse_lxc_line,
     restart_reasons,
 )
-from gpunode.roles.profile.container import ContainerSpec
 from tests.unit.lxc._data import read
 
 BASE = (

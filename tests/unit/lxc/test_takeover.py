@@ -11,11 +11,11 @@ from collections import Counter
 
 import pytest
 
+from gpunode.profile.container import ContainerSpec
 from gpunode.roles.lxc_gpu import pve_config as pc
 from gpunode.roles.lxc_gpu.passthrough import parse_nvidia_dev_listing, parse_proc_devices
 from gpunode.roles.lxc_gpu.plan import edit_config_text, take_over
 from gpunode.roles.lxc_gpu.takeover import dev_path, mount_target, passthrough_style
-from gpunode.roles.profile.container import ContainerSpec
 from tests.unit.lxc._data import ALL_CONFIGS, read
 
 TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"

@@ -4,6 +4,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from gpunode.profile.container import ContainerSpecError
 from gpunode.roles.lxc_gpu.facts import PveGuest
 from gpunode.roles.lxc_gpu.numa import GpuNuma
 from gpunode.roles.lxc_gpu.passthrough import parse_nvidia_dev_listing, parse_proc_devices
@@ -13,7 +14,6 @@ from gpunode.roles.lxc_gpu.validate import (
     check_host_containers,
     validate_container_hosts,
 )
-from gpunode.roles.profile.container import ContainerSpecError
 from tests.unit.lxc._data import read
 
 TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"

@@ -9,7 +9,7 @@ from pyinfra import logger
 from pyinfra.api import Config, Inventory, State
 from pyinfra.context import ctx_host, ctx_state
 
-from gpunode.roles.ops.changes import report_change, wrapped
+from gpunode.ops.changes import report_change, wrapped
 from tests.lab.pyinfra_cli import change_lines
 
 

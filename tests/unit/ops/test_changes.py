@@ -1,5 +1,5 @@
-"""Value-level change lines (gpunode.roles.ops.changes) and the refusal of a host before any
-change (gpunode.roles.ops.preflight), on a real pyinfra State with a real @local host."""
+"""Value-level change lines (gpunode.ops.changes) and the refusal of a host before any
+change (gpunode.ops.preflight), on a real pyinfra State with a real @local host."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ from pyinfra.api import Config, Inventory, State
 from pyinfra.api.connect import connect_all
 from pyinfra.context import ctx_host, ctx_state
 
-from gpunode.roles.ops import changes
-from gpunode.roles.ops.changes import Change, changes_of, report_change, shorten
-from gpunode.roles.ops.preflight import refuse_host
+from gpunode.ops import changes
+from gpunode.ops.changes import Change, changes_of, report_change, shorten
+from gpunode.ops.preflight import refuse_host
 
 
 @pytest.fixture()

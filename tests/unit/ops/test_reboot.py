@@ -14,9 +14,9 @@ from pyinfra.api.connect import connect_all
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra.operations import server
 
-from gpunode.roles.facts.boot import BootId, parse_boot_id
-from gpunode.roles.ops import reboot as reboot_mod
-from gpunode.roles.pyinfra_adapter import inner_commands
+from gpunode.facts.boot import BootId, parse_boot_id
+from gpunode.ops import reboot as reboot_mod
+from gpunode.pyinfra_adapter import inner_commands
 
 OLD, NEW = "3a1bd8f1-4f62-4b5e-9d0a-1c2b3d4e5f60", "9c0e7d8a-2b1f-4c3d-8e7f-6a5b4c3d2e1f"
 

@@ -1,4 +1,4 @@
-"""The record undo relies on (gpunode.roles.ops.state) planned on a real pyinfra State for
+"""The record undo relies on (gpunode.ops.state) planned on a real pyinfra State for
 @local: this machine's own sysctls, holds and cmdline are what a first apply would record, the
 record reads back with its own fact, and a recorded node is never recorded again. Only
 RecordedState is given (a node gpunode already applied) where a case needs one; nothing is
@@ -17,8 +17,8 @@ from pyinfra.api.host import Host
 from pyinfra.api.operation import add_op
 from pyinfra.context import ctx_host, ctx_state
 
-from gpunode.roles.facts.owned import STATE_DIR, STATE_FILE, NodeState, RecordedState
-from gpunode.roles.ops.state import state_forgotten, state_recorded
+from gpunode.facts.owned import STATE_DIR, STATE_FILE, NodeState, RecordedState
+from gpunode.ops.state import state_forgotten, state_recorded
 
 REAL_GET_FACT = Host.get_fact
 RECORD = NodeState(recorded="2026-11-30T09:00:00Z", sysctls={"vm.swappiness": "60"},

@@ -1,0 +1,195 @@
+"""Files gpunode owns whole: rendered from gpunode/templates/ (package data), written
+atomically, the original kept for good, later versions rotated.
+
+pyinfra's files.template writes over SFTP straight into the destination when connected as
+root, so a cut connection can leave half a file; here the text goes to a temporary file beside
+the destination and is renamed over it. Before gpunode's first change of a path, the file as it
+was (or the fact that there was none) is kept under /var/lib/gpunode/originals/ and never
+rotated (undo puts it back); each later change keeps the replaced version under
+/var/lib/gpunode/backups/ (newest five). Mode and owner are checked too: a file whose content
+is right but whose mode or owner drifted is repaired with chmod/chown. A write is two remote
+commands and the upload: the folder, the original and the backup before it; owner, mode,
+rename and the operation's `after` command after it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+from io import StringIO
+from pathlib import Path
+from typing import Any
+
+from pyinfra import host
+from pyinfra.api import FileUploadCommand, StringCommand, operation
+from pyinfra.facts.files import Directory, FileContents
+
+from gpunode.facts.cache import cached_fact, changes_fact
+from gpunode.facts.kernel_params import KernelParams
+from gpunode.facts.owned import (
+    ABSENT_SUFFIX,
+    BACKUPS_KEPT,
+    OwnedFiles,
+    backup_prefix,
+    file_state,
+    original_path,
+)
+from gpunode.ops.changes import diff_enabled, log_file_diff, report_change
+from gpunode.ops.shell import TEMPLATES
+
+
+def render_template(name: str, **variables: Any) -> str:
+    """Render templates/<name> with the given variables (missing variables are errors)."""
+    return TEMPLATES.get_template(name).render(**variables)
+
+
+def sha1_text(text: str) -> str:
+    return hashlib.sha1(text.encode()).hexdigest()
+
+
+def joined_command(*commands: StringCommand) -> StringCommand:
+    """Commands that each must succeed, as one remote command."""
+    return StringCommand(" && ".join(f"{{ {c.get_raw_value()}; }}" for c in commands))
+
+
+def keep_original_command(dest: str) -> StringCommand:
+    """Keep dest as gpunode first found it (or mark it absent), once: later runs keep that."""
+    orig = original_path(dest)
+    q_dest, q_orig = shlex.quote(dest), shlex.quote(orig)
+    q_absent = shlex.quote(orig + ABSENT_SUFFIX)
+    return StringCommand(
+        f"if [ ! -e {q_orig} ] && [ ! -e {q_absent} ]; then "
+        f"mkdir -p {shlex.quote(str(Path(orig).parent))} && "
+        f"if [ -e {q_dest} ]; then cp -p {q_dest} {q_orig}; else : > {q_absent}; fi; fi"
+    )
+
+
+def backup_command(dest: str, keep: int = BACKUPS_KEPT) -> StringCommand:
+    """Copy dest to backups/<dest>.<UTC time>; keep the newest `keep` of them."""
+    prefix = backup_prefix(dest)
+    q_dest, q_prefix = shlex.quote(dest), shlex.quote(prefix)
+    return StringCommand(
+        f"if [ -e {q_dest} ]; then mkdir -p {shlex.quote(str(Path(prefix).parent))} && "
+        f"cp -p {q_dest} {q_prefix}.$(date -u +%Y%m%dT%H%M%S.%NZ) && "
+        f"{{ ls -1d {q_prefix}.2* | head -n -{keep} | xargs -r rm -f --; }}; fi"
+    )
+
+
+def latest_backup(dest: str) -> str:
+    """Shell expression: the newest rotating backup of dest."""
+    return f"$(ls -1d {shlex.quote(backup_prefix(dest))}.2* | tail -n 1)"
+
+
+def atomic_write_commands(text: str, dest: str, mode: str, after: str | None = None) -> list[Any]:
+    """In one command the folder, the original kept, the old file backed up; the upload beside
+    dest; in one command owner, mode, the rename over dest and `after` (each step only when
+    the one before succeeded)."""
+    temp = f"{dest}.gpunode-new"
+    q_dest, q_temp = shlex.quote(dest), shlex.quote(temp)
+    finish = f"chown root:root {q_temp} && chmod {mode} {q_temp} && mv -f {q_temp} {q_dest}"
+    return [
+        joined_command(StringCommand(f"mkdir -p {shlex.quote(str(Path(dest).parent))}"),
+                keep_original_command(dest), backup_command(dest)),
+        FileUploadCommand(StringIO(text), temp),
+        StringCommand(finish + (f" && {after}" if after else "")),
+    ]
+
+
+# What an `after` command changes besides the file (gpunode.facts.cache). A reload
+# starts, stops, enables nothing (a unit's active and enabled states stay what they were); a
+# re-exec also changes systemd's defaults (DefaultLimitMEMLOCK, read by KernelParams).
+AFTER_CHANGES: dict[str, tuple[type, ...]] = {
+    "systemctl daemon-reload": (),
+    "systemctl daemon-reexec": (KernelParams,),
+}
+
+
+def declare_changes(dest: str, after: str | None) -> None:
+    """The file's state, and what `after` changes; an unknown `after` declares nothing, so
+    every cached value of the host is read again."""
+    if after and after not in AFTER_CHANGES:
+        return
+    changes_fact(OwnedFiles, paths=[dest])
+    changes_fact(FileContents, path=dest)
+    for fact in AFTER_CHANGES.get(after or "", ()):
+        changes_fact(fact)
+
+
+def _report_content_change(dest: str, exists: bool, text: str) -> None:
+    lines = len(text.splitlines())
+    report_change(dest, "content differs" if exists else "(absent)", f"{lines} lines",
+                  where=None if diff_enabled() else "--diff shows the content")
+    if diff_enabled():
+        old = "\n".join(cached_fact(FileContents, path=dest) or []) + "\n" if exists else None
+        log_file_diff(dest, old, text)
+
+
+@operation()
+def owned_file(dest: str, text: str, mode: str = "644", after: str | None = None):
+    """
+    Make dest hold exactly text, root-owned with mode (atomic rename, original kept).
+
+    + dest: remote path
+    + text: the whole content
+    + mode: octal mode
+    + after: shell command run after a content change (e.g. `systemctl daemon-reload`)
+    """
+    current = file_state(cached_fact(OwnedFiles, paths=[dest]), dest)
+    declare_changes(dest, after)
+    if current is None or current.sha1 != sha1_text(text):
+        _report_content_change(dest, current is not None, text)
+        yield from atomic_write_commands(text, dest, mode, after=after)
+        return
+    drift = current.drift(mode)
+    if not drift:
+        host.noop(f"{dest} is up to date")
+        return
+    for item in drift:
+        setting, _, values = item.partition(" ")
+        old, _, new = values.partition(" -> ")
+        report_change(f"{dest} {setting}", old, new)
+    yield StringCommand(f"chown root:root {shlex.quote(dest)} && chmod {mode} {shlex.quote(dest)}")
+
+
+def template_file(
+    template: str, dest: str, mode: str = "644", after: str | None = None, **variables: Any
+):
+    """Add an owned_file operation for templates/<template> rendered with variables."""
+    return owned_file(
+        name=f"Write {dest}",
+        dest=dest,
+        text=render_template(template, **variables),
+        mode=mode,
+        after=after,
+    )
+
+
+def mark_created_command(path: str) -> StringCommand:
+    """Mark the topmost folder `mkdir -p path` is about to create as absent before gpunode
+    (originals/<folder>.absent), so undo can take it away again."""
+    marker = shlex.quote(original_path("")) + '"$top"' + shlex.quote(ABSENT_SUFFIX)
+    return StringCommand(
+        f"d={shlex.quote(path)}; top=; while [ ! -e \"$d\" ]; do top=$d; d=$(dirname \"$d\"); "
+        f"done; if [ -n \"$top\" ]; then m={marker}; mkdir -p \"$(dirname \"$m\")\" && "
+        f": > \"$m\"; fi"
+    )
+
+
+@operation()
+def directory_present(path: str, mode: str = "755"):
+    """
+    Make sure a directory exists (created with mode when missing; an existing one is left as
+    it is, and a created one is marked for undo). Read through the fact cache: a present
+    directory costs no read of its own.
+
+    + path: remote directory
+    + mode: octal mode for a directory created here
+    """
+    if cached_fact(Directory, path=path):
+        host.noop(f"{path} exists")
+        return
+    report_change(path, "(absent)", "created", where=f"mode {mode}")
+    changes_fact(Directory, path=path)
+    quoted = shlex.quote(path)
+    yield joined_command(mark_created_command(path),
+                         StringCommand(f"mkdir -p {quoted} && chmod {mode} {quoted}"))

@@ -1,0 +1,65 @@
+"""systemd units gpunode installs: enabled and active, read with the cached facts."""
+
+from __future__ import annotations
+
+import shlex
+
+from pyinfra import host
+from pyinfra.api import StringCommand, operation
+from pyinfra.facts.files import Directory
+from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
+
+from gpunode.facts.cache import cached_fact, changes_fact
+from gpunode.ops.changes import report_change
+
+
+def systemd_booted() -> bool:
+    """sd_booted(): /run/systemd/system exists only when systemd is PID 1."""
+    return bool(cached_fact(Directory, path="/run/systemd/system"))
+
+
+@operation()
+def unit_disabled(unit: str):
+    """
+    Stop and disable a unit (`systemctl disable --now`) unless it already is neither.
+
+    + unit: full unit name (gpunode-tune.service)
+    """
+    if not systemd_booted():
+        host.noop(f"not booted with systemd: {unit} can't be running")
+        return
+    active = (cached_fact(SystemdStatus, services=[unit]) or {}).get(unit, False)
+    enabled = (cached_fact(SystemdEnabled, services=[unit]) or {}).get(unit, False)
+    if not active and not enabled:
+        host.noop(f"{unit} is disabled and inactive")
+        return
+    state = f"{'enabled' if enabled else 'disabled'}, {'active' if active else 'inactive'}"
+    report_change(unit, state, "disabled, inactive", where="systemd")
+    yield StringCommand("systemctl", "disable", "--now", unit)
+
+
+@operation()
+def unit_enabled_and_running(unit: str):
+    """
+    Enable and start a unit unless it already is, in one command.
+
+    The state comes from pyinfra's SystemdStatus and SystemdEnabled facts read through
+    the cache (prefetchable), so a converged unit costs no read of its own (pyinfra's
+    systemd.service would read both again with its own arguments).
+
+    + unit: full unit name (gpunode-tune.service)
+    """
+    active = (cached_fact(SystemdStatus, services=[unit]) or {}).get(unit, False)
+    enabled = (cached_fact(SystemdEnabled, services=[unit]) or {}).get(unit, False)
+    if active and enabled:
+        host.noop(f"{unit} is enabled and active")
+        return
+    state = f"{'enabled' if enabled else 'disabled'}, {'active' if active else 'inactive'}"
+    report_change(unit, state, "enabled, active", where="systemd")
+    changes_fact(SystemdStatus, services=[unit])
+    changes_fact(SystemdEnabled, services=[unit])
+    quoted = shlex.quote(unit)
+    if not enabled:
+        yield StringCommand(f"systemctl enable {'--now ' if not active else ''}{quoted}")
+    else:
+        yield StringCommand(f"systemctl start {quoted}")

@@ -1,0 +1,500 @@
+"""NodeProfile: the declared state of one GPU host, validated before any host is touched.
+
+Every default is the inference profile; the figure behind each one is the audit of the 8-GPU
+PCIe node that ran at 3.4% of its theoretical decode speed (see README, "Settings").
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from gpunode.facts.kernels import is_kernel_release
+from gpunode.profile.allowed import (
+    ABSOLUTE_DIR,
+    CLASS_ID,
+    CMDLINE_KEY,
+    CMDLINE_VALUE,
+    CPU_GOVERNORS,
+    DRIVER_VERSION,
+    HEX_ID,
+    MODULE_NAME,
+    PACKAGE_NAME,
+    SYSCTL_KEY,
+    TIME_SPAN,
+    CpuGovernor,
+    check,
+    check_sysctl_value,
+    shown,
+)
+from gpunode.profile.docs import setting_doc
+from gpunode.profile.sysctls import DEFAULT_SYSCTLS, SYSCTLS_DOC
+
+MAX_READ_REQUEST_SIZES = (128, 256, 512, 1024, 2048, 4096)
+POWER_LIMIT = re.compile(r"default|max|[1-9][0-9]{0,3}")
+MAX_GPU_INDEX = 63
+#: Deepest C-state index any CPU has (Intel C10); a larger cap is a typo.
+MAX_CSTATE_LIMIT = 10
+#: RLIMIT_MEMLOCK upper bound in bytes (1 PiB): a larger number is a typo, use 'unlimited'.
+MEMLOCK_LIMIT = 1 << 50
+
+
+class ProfileModel(BaseModel):
+    """Base for every profile model: unknown keys are errors, values are frozen."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class PcieSelector(ProfileModel):
+    """Which PCIe functions the MaxReadReq setting touches; nothing else is ever written."""
+
+    vendor: str = Field(
+        "10de",
+        description="PCI vendor id, 4 lowercase hex digits (10de = NVIDIA). Required: a "
+        "selector without a vendor would write every bridge or controller of a class.",
+    )
+    device: str | None = Field(None, description="PCI device id, 4 hex digits; None = any")
+    classes: list[str] = Field(
+        ["0300", "0302"],
+        max_length=16,
+        description="PCI class codes (0300 VGA, 0302 3D controller; 2 digits = a whole base "
+        "class). A device matches when its class equals or starts with one of them.",
+    )
+
+    @field_validator("vendor", "device", mode="before")
+    @classmethod
+    def _hex_id(cls, value: object, info: ValidationInfo) -> object:
+        if value is None:
+            if info.field_name == "vendor":
+                raise ValueError(
+                    "a selector must name a vendor (e.g. '10de' for NVIDIA): without one it "
+                    "would select every device of its classes, bridges included"
+                )
+            return None
+        text = str(value).lower().removeprefix("0x")
+        if not HEX_ID.fullmatch(text):
+            raise ValueError(f"{shown(value)} is not a PCI id: use 4 hex digits such as '10de'")
+        return text
+
+    @field_validator("classes", mode="before")
+    @classmethod
+    def _class_ids(cls, value: object) -> object:
+        if not isinstance(value, list) or not value:
+            raise ValueError("give a non-empty list of PCI class codes such as ['0300', '0302']")
+        out = []
+        for item in value:
+            text = str(item).lower().removeprefix("0x")
+            if not CLASS_ID.fullmatch(text):
+                raise ValueError(f"{shown(item)} is not a PCI class code: use 2 or 4 hex digits")
+            out.append(text)
+        return out
+
+
+class NodeProfile(ProfileModel):
+    """The declared tuning of one GPU host. Every field has the inference default."""
+
+    modules: list[str] = Field(
+        ["nvidia_peermem"],
+        max_length=64,
+        description="Kernel modules loaded now and at every boot (/etc/modules-load.d). "
+        "nvidia_peermem (GPUDirect RDMA) is loaded only where an RDMA device exists, "
+        "unless listed in required_modules.",
+        json_schema_extra=setting_doc(
+            why="GPUDirect RDMA not loaded",
+            runtime="`modprobe`",
+            persistence="`/etc/modules-load.d/gpunode.conf`",
+            readback="`/sys/module/<name>`",
+        ),
+    )
+    required_modules: list[str] = Field(
+        [],
+        max_length=64,
+        description="Modules that must load: a missing one fails the run instead of being "
+        "reported as not applicable.",
+        json_schema_extra=setting_doc(
+            runtime="a listed module that can't load fails the run",
+        ),
+    )
+    max_read_request: int = Field(
+        4096, description="PCIe MaxReadReq in bytes for the selected devices (audit: 512).",
+        json_schema_extra=setting_doc(
+            why="MaxReadReq 512",
+            runtime="`setpci -s BDF CAP_EXP+8.w=5000:7000` (bits 14:12 only)",
+            persistence="`gpunode-tune.service` at boot",
+            readback="DevCtl via `lspci -vvv`",
+        ),
+    )
+    pcie_selector: PcieSelector = Field(
+        default_factory=PcieSelector, description="Devices whose MaxReadReq is set.",
+        json_schema_extra=setting_doc(
+            runtime="only matching functions are touched",
+            persistence="same selector in the boot script",
+        ),
+    )
+    sysctls: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_SYSCTLS),
+        description="sysctl key -> value. Given keys are merged over the defaults; a value of "
+        "null removes a default. Keys are dotted names; values are integers or integers "
+        "separated by spaces, except net.ipv4.tcp_congestion_control, "
+        "net.ipv4.tcp_allowed_congestion_control and net.core.default_qdisc (names).",
+        json_schema_extra=SYSCTLS_DOC,
+    )
+    max_cstate: int | None = Field(
+        1,
+        description=f"Deepest C-state allowed (0 = poll only, 1 = C1, up to "
+        f"{MAX_CSTATE_LIMIT}). None leaves C-states alone.",
+        json_schema_extra=setting_doc(
+            why="C2 allowed (100 µs wake-up)",
+            runtime="`cpuidle/stateN/disable` for deeper states",
+            persistence="cmdline `processor.max_cstate=1` (+ `intel_idle.max_cstate=1` on "
+                        "Intel; `0` → `idle=poll`) + boot unit",
+            readback="cpuidle sysfs, `/sys/module/*/parameters/max_cstate`",
+        ),
+    )
+    cpu_governor: CpuGovernor | None = Field(
+        "performance",
+        description="cpufreq scaling governor (one the kernel knows: "
+        f"{', '.join(CPU_GOVERNORS)}); None leaves it alone.",
+        json_schema_extra=setting_doc(
+            runtime="`scaling_governor`",
+            persistence="boot unit",
+            readback="sysfs",
+        ),
+    )
+    amd_pstate: Literal["active", "passive", "guided"] | None = Field(
+        "active",
+        description="amd_pstate mode put on the cmdline of AMD hosts (audit: "
+        "acpi-cpufreq was in use). Ignored on Intel.",
+        json_schema_extra=setting_doc(
+            why="acpi-cpufreq instead of amd_pstate",
+            persistence="cmdline `amd_pstate=active` (AMD only)",
+            readback="`/sys/devices/system/cpu/amd_pstate/status`",
+        ),
+    )
+    memlock: Literal["unlimited"] | int = Field(
+        "unlimited",
+        description="RLIMIT_MEMLOCK for the host: 'unlimited' or bytes (65536 up to 2**50).",
+        json_schema_extra=setting_doc(
+            why="RLIMIT_MEMLOCK ~63 GB",
+            runtime="`systemctl daemon-reexec`",
+            persistence="`/etc/security/limits.d/90-gpunode-memlock.conf` + `DefaultLimitMEMLOCK`",
+            readback="`systemctl show -p DefaultLimitMEMLOCK`",
+        ),
+    )
+    cmdline: dict[str, str | None] = Field(
+        {},
+        max_length=64,
+        description="Extra kernel cmdline parameters: key -> value, or null for a bare flag. "
+        "Values: letters, digits and _ . , : / = + - @ % ~ (no spaces, quotes or $), up to "
+        "256 characters.",
+        json_schema_extra=setting_doc(
+            persistence="your own `key: value` (or `key: null` flag)",
+            readback="`/proc/cmdline`",
+        ),
+    )
+    kernel_pin: str | None = Field(
+        None,
+        description="Kernel to keep: a kernel release such as '6.8.12-4-pve' or "
+        "'6.12.117+deb13-amd64', 'running', or None for no pin.",
+        json_schema_extra=setting_doc(
+            why="kernel nine patches behind",
+            persistence="Proxmox: `proxmox-boot-tool kernel pin`; Debian: `GRUB_DEFAULT`; "
+                        "apt hold of the kernel package",
+            readback="`uname -r`",
+        ),
+    )
+    nvidia_driver: str | None = Field(
+        None, description="NVIDIA driver version to hold, e.g. '550.127.05'; None = no pin.",
+        json_schema_extra=setting_doc(
+            persistence="apt preferences pin + apt hold; a mismatch is reported",
+            readback="`/proc/driver/nvidia/version`",
+        ),
+    )
+    nvidia_packages: list[str] | None = Field(
+        None,
+        max_length=64,
+        description="Driver packages to install when nvidia_driver_change allows it and no "
+        "NVIDIA package is installed yet. None = chosen by nvidia_kernel_modules and "
+        "nvidia_repository: Debian nvidia-driver + nvidia-open-kernel-dkms (open) or "
+        "nvidia-kernel-dkms (proprietary); CUDA repository nvidia-open or cuda-drivers.",
+        json_schema_extra=setting_doc(
+            runtime="what to install when none is installed; `null` = the flavour's packages for "
+                    "`nvidia_repository`",
+        ),
+    )
+    nvidia_repository: Literal["debian", "cuda"] = Field(
+        "debian",
+        description="Where the driver packages come from, for their names: debian (Debian's "
+        "non-free/contrib) or cuda (NVIDIA's CUDA repository).",
+        json_schema_extra=setting_doc(
+            runtime="package names: `debian` (non-free/contrib) or `cuda` (NVIDIA's CUDA "
+                    "repository)",
+        ),
+    )
+    nvidia_kernel_modules: Literal["auto", "open", "proprietary"] = Field(
+        "auto",
+        description="NVIDIA kernel module flavour. auto = open wherever every GPU supports it "
+        "(Turing and newer; Blackwell runs only on open), proprietary for older GPUs. The "
+        "loaded flavour (/proc/driver/nvidia/version, modinfo license) is read and a mismatch "
+        "reported; the flavour's packages are installed only when nvidia_driver_change allows "
+        "it.",
+        json_schema_extra=setting_doc(
+            why="Blackwell on the proprietary modules does not start; Turing+ should use open",
+            runtime="only reported; with `nvidia_driver_change` the flavour's packages are "
+                    "installed: Debian `nvidia-driver` + `nvidia-open-kernel-dkms` / "
+                    "`nvidia-kernel-dkms`, CUDA repo `nvidia-open` / `cuda-drivers`",
+            persistence="the module the next boot loads",
+            readback="`/proc/driver/nvidia/version` (\"Open Kernel Module\"), `modinfo nvidia` "
+                     "license (`Dual MIT/GPL` / `NVIDIA`)",
+        ),
+    )
+    gpu_persistence: bool = Field(
+        True,
+        description="Keep the driver initialised between clients: nvidia-persistenced "
+        "installed, enabled and running, persistence mode Enabled on every GPU (read back "
+        "from nvidia-smi). Without it each new process pays the GPU initialisation and power "
+        "limits are lost. Not applicable on hosts without an NVIDIA driver.",
+        json_schema_extra=setting_doc(
+            why="persistence mode Disabled: GPU state torn down between clients, `-pl` lost",
+            runtime="`nvidia-persistenced` installed, enabled, started; `nvidia-smi -pm 1`",
+            persistence="the service + boot unit (`nvidia-smi -pm 1` after it)",
+            readback="`nvidia-smi` persistence mode per GPU; \"not applicable\" without an NVIDIA "
+                     "driver",
+        ),
+    )
+    gpu_power_limit: int | Literal["default", "max"] | dict[int, int | Literal[
+        "default", "max"]] | None = Field(
+        None,
+        description="GPU power limit in watts for every GPU, or per GPU index ({0: 300, 1: "
+        "'max'}); 'default' / 'max' = the GPU's own default / maximum limit. None leaves the "
+        "limits alone. Applied now (nvidia-smi -pl) and at every boot after "
+        "nvidia-persistenced; a value outside a GPU's min..max is refused, naming the GPU, "
+        "before any change.",
+        json_schema_extra=setting_doc(
+            why="limit below default",
+            runtime="`nvidia-smi -i N -pl W` (watts, `default`, `max`; one value or `{index: "
+                    "value}`); outside a GPU's min..max: refused before any change, naming GPU, "
+                    "value, range",
+            persistence="boot unit, after `nvidia-persistenced`",
+            readback="`power.limit` right after the write; `nvidia-smi -q -x`",
+        ),
+    )
+    pcie_acs_redirect: Literal["keep", "off"] = Field(
+        "keep",
+        description="off clears the ACS redirect bits (SrcValid, ReqRedir, CmpltRedir, "
+        "UpstreamFwd, EgressCtrl) with a masked write of ECAP_ACS+0x6 on the bridges above the "
+        "pcie_selector devices only, now and at every boot, so GPU peer-to-peer traffic stays "
+        "in the PCIe switch. Cost: the IOMMU no longer isolates devices behind those bridges "
+        "(their IOMMU groups are in effect one): not on hosts that pass devices to VMs.",
+        json_schema_extra=setting_doc(
+            why="ACS ReqRedir+/CmpltRedir+ above the GPUs: peer traffic through the root complex",
+            runtime="`off`: `setpci -s BRIDGE ECAP_ACS+0x6.w=0000:003d` (SrcValid, ReqRedir, "
+                    "CmpltRedir, UpstreamFwd, EgressCtrl) on the bridges above `pcie_selector` "
+                    "devices only",
+            persistence="boot unit (sysfs parents of the matched devices)",
+            readback="ACSCtl read back after each write",
+        ),
+    )
+    nvidia_driver_change: bool = Field(
+        False,
+        description="Allow installing the pinned driver when another version is installed "
+        "(otherwise the mismatch is only reported).",
+        json_schema_extra=setting_doc(
+            runtime="allow installing the pinned driver",
+        ),
+    )
+    reboot: bool = Field(
+        False, description="Allow the deploy to reboot to apply cmdline/kernel changes.",
+        json_schema_extra=setting_doc(
+            runtime="reboot (pyinfra `server.reboot`) when cmdline/kernel are not live yet; "
+                    "otherwise \"pending reboot\"",
+        ),
+    )
+    reboot_timeout: int = Field(
+        900, ge=30, le=7200,
+        description="Seconds to wait for the host to come back after a reboot (30-7200); "
+        "a host that doesn't fails the run with its name.",
+        json_schema_extra=setting_doc(
+            runtime="how long the reboot may take before the run fails naming the host",
+        ),
+    )
+    bootloader: Literal["auto", "grub", "systemd-boot"] = Field(
+        "auto", description="How the cmdline is persisted; auto asks proxmox-boot-tool.",
+        json_schema_extra=setting_doc(
+            runtime="`auto` asks `proxmox-boot-tool status`: systemd-boot → "
+                    "`/etc/kernel/cmdline` + `proxmox-boot-tool refresh`, else "
+                    "`/etc/default/grub` + `update-grub`",
+        ),
+    )
+    verify_timer: bool = Field(
+        False,
+        description="Install gpunode-verify.timer: every verify_interval the node re-reads "
+        "its settings (sysctls, modules, MaxReadReq, C-states, governor, cmdline, memlock, "
+        "kernel pin) with a read-only shell script and writes Prometheus textfile-collector "
+        "metrics to metrics_dir/gpunode.prom, so drift between deploys shows in monitoring.",
+        json_schema_extra=setting_doc(
+            why="drift unseen between deploys",
+            persistence="`gpunode-verify.timer` every `verify_interval`",
+            readback="metrics in `metrics_dir` (see \"Drift you can watch\")",
+        ),
+    )
+    verify_interval: str = Field(
+        "15min", description="How often the verify timer runs: a systemd time span such as "
+        "'15min', '1h' (one number and one unit: s, min, h, d)."
+    )
+    metrics_dir: str = Field(
+        "/var/lib/prometheus/node-exporter",
+        description="Where the verify timer writes gpunode.prom: the textfile-collector "
+        "directory node_exporter reads (Debian's prometheus-node-exporter default).",
+    )
+
+    @field_validator("verify_interval")
+    @classmethod
+    def _time_span(cls, value: object) -> str:
+        return check(TIME_SPAN, value, "a time span such as '15min' or '1h'")
+
+    @field_validator("metrics_dir")
+    @classmethod
+    def _metrics_dir(cls, value: object) -> str:
+        text = check(ABSOLUTE_DIR, value, "an absolute directory such as "
+                     "'/var/lib/prometheus/node-exporter'")
+        if any(part in (".", "..") for part in text.split("/")):
+            raise ValueError(f"{shown(value)} is not an absolute directory without '.' or '..'")
+        return text
+
+    @field_validator("modules", "required_modules")
+    @classmethod
+    def _module_names(cls, value: list[str]) -> list[str]:
+        for name in value:
+            check(MODULE_NAME, name, "a kernel module name (letters, digits, _ -; up to 56)")
+        return [name.replace("-", "_") for name in value]
+
+    @field_validator("gpu_power_limit", mode="before")
+    @classmethod
+    def _power_limit(cls, value: object) -> object:
+        if value is None:
+            return None
+        if isinstance(value, dict):
+            out = {}
+            for index, item in value.items():
+                text = str(index)
+                if isinstance(index, bool) or not text.isdigit() or int(text) > MAX_GPU_INDEX:
+                    raise ValueError(f"{shown(index)} is not a GPU index (0..{MAX_GPU_INDEX})")
+                out[int(text)] = _power_value(item)
+            if not out:
+                raise ValueError("give watts, 'default', 'max' or a mapping GPU index -> those")
+            return out
+        return _power_value(value)
+
+    @field_validator("max_read_request")
+    @classmethod
+    def _mrrs(cls, value: int) -> int:
+        if value not in MAX_READ_REQUEST_SIZES:
+            raise ValueError(f"{value} is not a MaxReadReq size; allowed: {MAX_READ_REQUEST_SIZES}")
+        return value
+
+    @field_validator("sysctls", mode="before")
+    @classmethod
+    def _merge_sysctls(cls, value: object) -> object:
+        if not isinstance(value, dict):
+            raise ValueError("give a mapping of sysctl key -> value")
+        if len(value) > 256:
+            raise ValueError(f"{len(value)} sysctls: at most 256")
+        merged = dict(DEFAULT_SYSCTLS)
+        for key, item in value.items():
+            if not isinstance(key, str) or not SYSCTL_KEY.fullmatch(key) or len(key) > 128:
+                raise ValueError(f"{shown(key)} is not a sysctl key such as 'vm.swappiness'")
+            if item is None:
+                merged.pop(key, None)
+            elif isinstance(item, bool) or not isinstance(item, (str, int)):
+                raise ValueError(f"{key}: {shown(item)} is not a sysctl value (string or integer)")
+            else:
+                merged[key] = check_sysctl_value(key, str(item))
+        return merged
+
+    @field_validator("max_cstate")
+    @classmethod
+    def _cstate(cls, value: int | None) -> int | None:
+        if value is not None and value < 0:
+            raise ValueError(f"{value} is below 0; use 0 (poll only), 1 (C1) or deeper")
+        if value is not None and value > MAX_CSTATE_LIMIT:
+            raise ValueError(
+                f"{value} is above {MAX_CSTATE_LIMIT}, the deepest C-state of any CPU; "
+                "use 0 (poll only), 1 (C1) up to 10, or null to leave C-states alone"
+            )
+        return value
+
+    @field_validator("memlock")
+    @classmethod
+    def _memlock(cls, value: str | int) -> str | int:
+        if isinstance(value, int) and value < 65536:
+            raise ValueError(f"{value} bytes is too small; use 'unlimited' or >= 65536")
+        if isinstance(value, int) and value > MEMLOCK_LIMIT:
+            raise ValueError(f"{value} bytes is above 2**50; use 'unlimited'")
+        return value
+
+    @field_validator("cmdline")
+    @classmethod
+    def _cmdline(cls, value: dict[str, str | None]) -> dict[str, str | None]:
+        for key, item in value.items():
+            check(CMDLINE_KEY, key, "a kernel parameter name (letters, digits, _ . -)")
+            if item is not None and (not item or any(c.isspace() or c == '"' for c in item)):
+                raise ValueError(
+                    f"{key}={shown(item)}: give a non-empty value without spaces or quotes"
+                )
+            if item is not None and not CMDLINE_VALUE.fullmatch(item):
+                raise ValueError(
+                    f"{key}={shown(item)}: a kernel parameter value may hold letters, digits "
+                    "and _ . , : / = + - @ % ~ (up to 256; no $, backquote, quote or ;)"
+                )
+        return value
+
+    @field_validator("kernel_pin")
+    @classmethod
+    def _kernel_pin(cls, value: str | None) -> str | None:
+        if value in (None, "running") or is_kernel_release(value):
+            return value
+        raise ValueError(
+            f"{shown(value)} is not a kernel version such as '6.17.2-2-pve', "
+            "'6.12.117+deb13-amd64' or 'running'"
+        )
+
+    @field_validator("nvidia_driver")
+    @classmethod
+    def _driver(cls, value: str | None) -> str | None:
+        if value is not None:
+            check(DRIVER_VERSION, value, "a version such as '550.127.05'")
+        return value
+
+    @field_validator("nvidia_packages")
+    @classmethod
+    def _packages(cls, value: list[str] | None) -> list[str] | None:
+        for name in value or []:
+            check(PACKAGE_NAME, name, "a Debian package name such as 'nvidia-driver' "
+                  "(lowercase letters, digits, + - .)")
+        return value
+
+    @model_validator(mode="after")
+    def _required_are_listed(self) -> NodeProfile:
+        missing = [m for m in self.required_modules if m not in self.modules]
+        if missing:
+            raise ValueError(f"required_modules {missing} are not in modules: add them there")
+        return self
+
+
+def _power_value(value: object) -> int | str:
+    """One power limit: watts (1-9999) or 'default'/'max'."""
+    text = str(value).strip().lower().removesuffix("w").strip()
+    if isinstance(value, bool) or not POWER_LIMIT.fullmatch(text):
+        raise ValueError(f"{shown(value)} is not a power limit: give watts such as 300, 'default' "
+                         "or 'max'")
+    return text if text in ("default", "max") else int(text)
