@@ -1,19 +1,31 @@
-"""One systemctl for what pyinfra's SystemdStatus and SystemdEnabled read of the same units."""
+"""systemd units in one `systemctl show`: whether each is active and enabled."""
 
 from __future__ import annotations
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
+from gpunode.facts.sections import FactModel
+
+
+class Unit(FactModel):
+    """A unit's state as pyinfra's SystemdStatus (active) and SystemdEnabled (enabled) read it."""
+
+    active: bool = False
+    enabled: bool = False
+
+
+def parse_units(lines: list[str]) -> dict[str, Unit]:
+    """`systemctl show` of Id, SubState and UnitFileState -> unit -> Unit, through pyinfra's
+    own parsers (each reads its property and ignores the other)."""
+    active = SystemdStatus().process(list(lines))
+    enabled = SystemdEnabled().process(list(lines))
+    return {name: Unit(active=bool(active.get(name)), enabled=bool(enabled.get(name)))
+            for name in sorted({*active, *enabled})}
+
 
 class SystemdUnits(FactBase):
-    """`systemctl show` of the units' Id, SubState and UnitFileState: the output both
-    SystemdStatus (SubState) and SystemdEnabled (UnitFileState) process, as each ignores the
-    other's property. A bundle that reads both facts of the same units runs this once
-    (gpunode.facts.bundle.issued_reads) and gives each fact its output."""
-
-    joins = (SystemdStatus, SystemdEnabled)
-    arguments = ("services",)  # reads with user_mode, machine, ... run on their own
+    """`systemctl show` of the units' Id, SubState and UnitFileState (raw lines: parse_units)."""
 
     def requires_command(self, services: list[str]) -> str:
         return "systemctl"

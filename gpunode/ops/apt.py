@@ -10,7 +10,6 @@ from typing import Any
 from pyinfra import host, logger
 from pyinfra.api import OperationError, StringCommand, operation
 
-from gpunode.facts.apt import AptHolds
 from gpunode.facts.apt_sources import (
     APT_UPDATE_LOG,
     APT_UPDATE_RC_MARKER,
@@ -20,9 +19,8 @@ from gpunode.facts.apt_sources import (
     AptUpdateResult,
     signature_problem_message,
 )
-from gpunode.facts.cache import cached_fact, changes_fact
-from gpunode.facts.dpkg import InstalledPackages
 from gpunode.facts.sections import as_model, as_models
+from gpunode.facts.snapshot import node, node_changed
 from gpunode.ops.changes import log_wrapped, report_change
 from gpunode.ops.shell import argv, argv_text
 from gpunode.pyinfra_adapter import is_executing
@@ -92,15 +90,15 @@ def packages_present(packages: list[str]):
 
     + packages: package names
     """
-    installed = cached_fact(InstalledPackages, patterns=sorted(packages)) or {}
+    installed = node().packages
     missing = [p for p in packages if p not in installed]
     if not missing:
         host.noop(f"{' '.join(packages)} installed")
         return
-    # declares no changes_fact(): an install can change any fact (lspci, modinfo, ...)
     for package in missing:
         report_change(f"package {package}", "not installed", "installed", where="apt")
     yield StringCommand(apt_install_command(missing))
+    yield node_changed()  # an install changes what the node reads (lspci, modinfo, ...)
 
 
 @operation()
@@ -111,13 +109,12 @@ def apt_hold(packages: list[str], held: bool = True):
     + packages: package names
     + held: True to hold, False to release the hold
     """
-    holds = set(cached_fact(AptHolds) or [])
+    holds = set(node().holds)
     todo = [p for p in packages if (p in holds) != held]
     if todo:
         for package in todo:
             report_change(f"apt-mark {package}", "not held" if held else "held",
                           "held" if held else "not held")
-        changes_fact(AptHolds)
         yield argv("apt-mark", "hold" if held else "unhold", *todo)
     else:
         host.noop(f"{' '.join(packages)} already {'held' if held else 'not held'}")

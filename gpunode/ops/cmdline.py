@@ -24,14 +24,12 @@ from typing import Any
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
 
-from gpunode.facts.cache import cached_fact, changes_fact
 from gpunode.facts.cmdline import (
     GPUNODE_GRUB_DROPIN,
     GRUB_CMDLINE_VAR,
     GRUB_DEFAULT_FILE,
     KERNEL_CMDLINE_FILE,
     CmdlineState,
-    KernelCmdline,
     edit_grub_default,
     grub_cmdline_value,
     merge_cmdline,
@@ -39,7 +37,7 @@ from gpunode.facts.cmdline import (
     token_key,
 )
 from gpunode.facts.owned import written_path
-from gpunode.facts.sections import as_model
+from gpunode.facts.snapshot import node
 from gpunode.ops.changes import report_change, shorten
 from gpunode.ops.files import (
     atomic_write_commands,
@@ -182,8 +180,7 @@ def kernel_cmdline(
     + bootloader: auto (asks proxmox-boot-tool), grub or systemd-boot
     + grub_default_entry: GRUB menu entry to boot by default (kernel pin on GRUB hosts)
     """
-    state = as_model(CmdlineState, cached_fact(KernelCmdline))
-    changes_fact(KernelCmdline)  # declared always: only a changing run's declaration counts
+    state = node().cmdline
     if uses_systemd_boot(state, bootloader):
         if state.kernel_cmdline_text is None:
             raise OperationError(

@@ -9,18 +9,10 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
-from gpunode.facts.bundle import FactRead
-from gpunode.facts.cache import cached_fact, changes_fact
-from gpunode.facts.cpu import CPU_SYSFS, CpuPower, CpuState, IdleState
-from gpunode.facts.sections import as_model
+from gpunode.facts.cpu import CPU_SYSFS, CpuState, IdleState
+from gpunode.facts.snapshot import node
 from gpunode.ops.changes import report_change
 from gpunode.ops.shell import script
-
-# The parts of CpuPower each operation reads and writes (gpunode.facts.cache): writing the
-# cpuidle states leaves the governors read, and the other way round.
-CPUIDLE = "cpuidle"
-CPUFREQ = "cpufreq"
-CPU_READS = (FactRead(CpuPower, part=CPUIDLE), FactRead(CpuPower, part=CPUFREQ))
 
 
 def states_to_disable(states: list[IdleState], max_cstate: int) -> list[IdleState]:
@@ -72,9 +64,8 @@ def cstate_cap(max_cstate: int = 1):
 
     + max_cstate: deepest C-state kept enabled (1 = C1 and C1E)
     """
-    cpu = as_model(CpuState, cached_fact(CpuPower, part=CPUIDLE))
+    cpu = node().cpu
     deeper = states_to_disable(cpu.idle_states, max_cstate)
-    changes_fact(CpuPower, part=CPUIDLE)
     for index, cpus in sorted(cpus_by_state(deeper).items()):
         report_change(f"cpuidle state{index} disable on {len(cpus)} CPU(s)", "0", "1",
                       where="runtime; boot unit")
@@ -93,8 +84,7 @@ def cpu_governor(governor: str = "performance"):
 
     + governor: e.g. performance
     """
-    cpu = as_model(CpuState, cached_fact(CpuPower, part=CPUFREQ))
-    changes_fact(CpuPower, part=CPUFREQ)
+    cpu = node().cpu
     if not cpu.governors:
         host.noop("no cpufreq on this node (nothing to set)")
         return

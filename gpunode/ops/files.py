@@ -22,18 +22,14 @@ from typing import Any
 
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, StringCommand, operation
-from pyinfra.facts.files import Directory, FileContents
 
-from gpunode.facts.cache import cached_fact, changes_fact
-from gpunode.facts.kernel_params import KernelParams
 from gpunode.facts.owned import (
     ABSENT_SUFFIX,
     BACKUPS_KEPT,
-    OwnedFiles,
     backup_prefix,
-    file_state,
     original_path,
 )
+from gpunode.facts.snapshot import node
 from gpunode.ops.changes import diff_enabled, log_file_diff, report_change
 from gpunode.ops.shell import TEMPLATES
 
@@ -95,32 +91,12 @@ def atomic_write_commands(text: str, dest: str, mode: str, after: str | None = N
     ]
 
 
-# What an `after` command changes besides the file (gpunode.facts.cache). A reload
-# starts, stops, enables nothing (a unit's active and enabled states stay what they were); a
-# re-exec also changes systemd's defaults (DefaultLimitMEMLOCK, read by KernelParams).
-AFTER_CHANGES: dict[str, tuple[type, ...]] = {
-    "systemctl daemon-reload": (),
-    "systemctl daemon-reexec": (KernelParams,),
-}
-
-
-def declare_changes(dest: str, after: str | None) -> None:
-    """The file's state, and what `after` changes; an unknown `after` declares nothing, so
-    every cached value of the host is read again."""
-    if after and after not in AFTER_CHANGES:
-        return
-    changes_fact(OwnedFiles, paths=[dest])
-    changes_fact(FileContents, path=dest)
-    for fact in AFTER_CHANGES.get(after or "", ()):
-        changes_fact(fact)
-
-
 def _report_content_change(dest: str, exists: bool, text: str) -> None:
     lines = len(text.splitlines())
     report_change(dest, "content differs" if exists else "(absent)", f"{lines} lines",
                   where=None if diff_enabled() else "--diff shows the content")
     if diff_enabled():
-        old = "\n".join(cached_fact(FileContents, path=dest) or []) + "\n" if exists else None
+        old = "\n".join(node().contents.get(dest) or []) + "\n" if exists else None
         log_file_diff(dest, old, text)
 
 
@@ -134,8 +110,7 @@ def owned_file(dest: str, text: str, mode: str = "644", after: str | None = None
     + mode: octal mode
     + after: shell command run after a content change (e.g. `systemctl daemon-reload`)
     """
-    current = file_state(cached_fact(OwnedFiles, paths=[dest]), dest)
-    declare_changes(dest, after)
+    current = node().file(dest)
     if current is None or current.sha1 != sha1_text(text):
         _report_content_change(dest, current is not None, text)
         yield from atomic_write_commands(text, dest, mode, after=after)
@@ -185,11 +160,10 @@ def directory_present(path: str, mode: str = "755"):
     + path: remote directory
     + mode: octal mode for a directory created here
     """
-    if cached_fact(Directory, path=path):
+    if node().folder_exists(path):
         host.noop(f"{path} exists")
         return
     report_change(path, "(absent)", "created", where=f"mode {mode}")
-    changes_fact(Directory, path=path)
     quoted = shlex.quote(path)
     yield joined_command(mark_created_command(path),
                          StringCommand(f"mkdir -p {quoted} && chmod {mode} {quoted}"))

@@ -11,10 +11,8 @@ from pydantic import BaseModel, ConfigDict
 from pyinfra import host
 from pyinfra.api import OperationError, operation
 
-from gpunode.facts.bundle import FactRead
-from gpunode.facts.cache import cached_read, changes_fact
-from gpunode.facts.kernel_params import KernelParams, KernelParamsState
-from gpunode.facts.sections import as_model
+from gpunode.facts.kernel_params import KernelParamsState
+from gpunode.facts.snapshot import node
 from gpunode.ops.changes import report_change
 from gpunode.ops.shell import argv_text, every_command
 
@@ -63,15 +61,9 @@ def _not_applicable_reason(state: KernelParamsState, name: str) -> str | None:
     return None
 
 
-def modules_read(modules: list[str]) -> FactRead:
-    """The operation's read: these modules, no sysctls (a wider KernelParams read answers it;
-    kept apart so a sysctl write leaves it cached)."""
-    return FactRead(KernelParams, {"sysctl_keys": [], "modules": sorted(modules)})
-
-
 def module_plan_for_host(modules: list[str], required: list[str]) -> ModulePlan:
     """Read the live node and plan the modules."""
-    state = as_model(KernelParamsState, cached_read(modules_read(modules)))
+    state = node().kernel
     return plan_modules(state, modules, required)
 
 
@@ -93,7 +85,6 @@ def kernel_modules(modules: list[str], required: list[str] | None = None):
     for name in plan.load:
         report_change(f"module {name}", "not loaded", "loaded", where="runtime; modprobe")
     if plan.load:
-        changes_fact(KernelParams, modules=plan.load)
         yield every_command([argv_text("modprobe", m) for m in plan.load])
     else:
         skipped = "; ".join(f"{m} {why}" for m, why in plan.not_applicable.items())

@@ -14,10 +14,8 @@ from pyinfra import host
 from pyinfra.api import StringCommand, operation
 from pyinfra.api.exceptions import OperationValueError
 
-from gpunode.facts.bundle import FactRead
-from gpunode.facts.cache import cached_fact, changes_fact
-from gpunode.facts.nvidia import NvidiaGpu, NvidiaSmi, NvidiaSmiReport
-from gpunode.facts.sections import as_model
+from gpunode.facts.nvidia import NvidiaGpu, NvidiaSmiReport
+from gpunode.facts.snapshot import node
 from gpunode.ops.changes import report_change
 from gpunode.ops.shell import script_text
 
@@ -77,14 +75,9 @@ PERSISTENCE_COMMAND = (
 )
 
 
-# The parts of NvidiaSmi each operation reads and writes (gpunode.facts.cache).
-PERSISTENCE = "persistence"
-POWER = "power"
-SMI_READS = (FactRead(NvidiaSmi, part=PERSISTENCE), FactRead(NvidiaSmi, part=POWER))
-
-
-def smi_report(part: str | None = None) -> NvidiaSmiReport:
-    return as_model(NvidiaSmiReport, cached_fact(NvidiaSmi, part=part))
+def smi_report() -> NvidiaSmiReport:
+    """nvidia-smi -q -x from the snapshot (present=False: no driver, or not read)."""
+    return node().nvidia or NvidiaSmiReport(present=False)
 
 
 @operation()
@@ -93,7 +86,7 @@ def persistence_mode():
     Persistence mode Enabled on every GPU (nvidia-smi -pm 1 talks to nvidia-persistenced),
     read back; nothing to do without nvidia-smi.
     """
-    report = smi_report(PERSISTENCE)
+    report = smi_report()
     if not report.present:
         host.noop("persistence mode: not applicable (no NVIDIA driver / nvidia-smi)")
         return
@@ -101,7 +94,6 @@ def persistence_mode():
     if not off:
         host.noop(f"persistence mode Enabled on {len(report.gpus)} GPU(s)")
         return
-    changes_fact(NvidiaSmi, part=PERSISTENCE)
     for gpu in off:
         report_change(f"GPU{gpu.index} persistence mode", gpu.persistence_mode, "Enabled",
                       where="runtime; the boot unit sets it again after nvidia-persistenced")
@@ -115,7 +107,7 @@ def power_limits(setting: PowerSetting):
 
     + setting: watts, 'default', 'max', or {GPU index: one of those}
     """
-    report = smi_report(POWER)
+    report = smi_report()
     if not report.present:
         host.noop("power limits: not applicable (no NVIDIA driver / nvidia-smi)")
         return
@@ -125,8 +117,6 @@ def power_limits(setting: PowerSetting):
     current = {g.index: g.power_limit_w for g in report.gpus}
     todo = {i: w for i, w in targets.items()
             if current.get(i) is None or int(round(current[i] or 0)) != w}
-    if todo:
-        changes_fact(NvidiaSmi, part=POWER)
     for index, watts in todo.items():
         old = current.get(index)
         report_change(f"GPU{index} power limit", f"{old:g} W" if old is not None else None,

@@ -11,28 +11,19 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
-from gpunode.facts.bundle import FactRead
-from gpunode.facts.cache import cached_fact, changes_fact
 from gpunode.facts.pcie import (
     PcieDevice,
-    PcieDevices,
-    PciPaths,
     matches,
     unreadable_note,
 )
-from gpunode.facts.pcie_refusals import REFUSED_DIR, MaxReadReqRefusals
-from gpunode.facts.sections import as_models, fact_data
+from gpunode.facts.pcie_refusals import REFUSED_DIR
+from gpunode.facts.snapshot import node
 from gpunode.ops.changes import report_change
 from gpunode.ops.shell import script_text
 from gpunode.profile.node import MAX_READ_REQUEST_SIZES, PcieSelector
 
 MRRS_MASK = 0x7000
 PCI_DEVICES_DIR = "/sys/bus/pci/devices"
-# The parts of PcieDevices each operation reads and writes (gpunode.facts.cache): the
-# endpoints' Device Control (MaxReadReq) and the bridges' ACS Control.
-MAXREADREQ = "maxreadreq"
-ACS = "acs"
-PCIE_READS = (FactRead(PcieDevices, part=MAXREADREQ), FactRead(PcieDevices, part=ACS))
 
 
 def mrrs_bits(size: int) -> int:
@@ -109,12 +100,9 @@ def max_read_request(selector: PcieSelector, size: int = 4096):
     + size: bytes, one of 128 ... 4096
     """
     selector = PcieSelector.model_validate(selector)
-    devices = as_models(PcieDevice, cached_fact(PcieDevices, part=MAXREADREQ))
-    refused = dict(fact_data(cached_fact(MaxReadReqRefusals)) or {})
-    todo, refusing = devices_to_write(devices, selector, size, refused)
-    if todo:
-        changes_fact(PcieDevices, part=MAXREADREQ)
-        changes_fact(MaxReadReqRefusals)
+    snapshot = node()
+    devices = snapshot.pcie
+    todo, refusing = devices_to_write(devices, selector, size, dict(snapshot.mrrs_refused))
     for device in todo:
         report_change(f"setpci {short_bdf(device.bdf)} MaxReadReq",
                       str(device.devctl_max_read_req), str(size), where="runtime; boot unit")
@@ -179,12 +167,11 @@ def acs_redirect_off(selector: PcieSelector):
     + selector: vendor / device / classes of the devices whose upstream bridges are changed
     """
     selector = PcieSelector.model_validate(selector)
-    devices = as_models(PcieDevice, cached_fact(PcieDevices, part=ACS))
-    paths = dict(fact_data(cached_fact(PciPaths)) or {})
+    snapshot = node()
+    devices = snapshot.pcie
+    paths = dict(snapshot.pci_paths or {})
     bridges = [b for b in bridges_above(devices, paths, selector) if b.acs_ctl is not None]
     todo = [b for b in bridges if acs_redirecting(b)]
-    if todo:
-        changes_fact(PcieDevices, part=ACS)
     for bridge in todo:
         report_change(f"ACS {bridge.bdf}", "+".join(acs_redirecting(bridge)), "redirect off",
                       where="runtime; cleared again at boot by gpunode-tune")

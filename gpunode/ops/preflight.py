@@ -11,20 +11,19 @@ from __future__ import annotations
 
 from pyinfra import logger
 
-from gpunode.facts.apt import AptCandidates
-from gpunode.facts.cache import cached_fact
-from gpunode.facts.dpkg import InstalledPackages
+from gpunode.facts.snapshot import node
 from gpunode.ops.changes import log_wrapped
 from gpunode.pyinfra_adapter import current_host, fail_host, host_prefix
 
 
 def uninstallable(packages: list[str]) -> list[str]:
     """Problems: wanted packages that are not installed and that apt has no candidate for."""
-    installed = cached_fact(InstalledPackages, patterns=sorted(packages)) or {}
+    snapshot = node()
+    installed = snapshot.packages
     missing = sorted(p for p in packages if p not in installed)
     if not missing:
         return []
-    candidates = cached_fact(AptCandidates, packages=missing) or {}
+    candidates = snapshot.candidates
     return [
         f"package {p} is not installed and apt has no installation candidate for it "
         "(apt-cache policy); run apt-get update or add the repository that has it"

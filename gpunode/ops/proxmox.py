@@ -5,9 +5,8 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import operation
 
-from gpunode.facts.cache import cached_fact, changes_fact
-from gpunode.facts.proxmox import ProxmoxBootInfo, ProxmoxBootTool
-from gpunode.facts.sections import as_model
+from gpunode.facts.proxmox import BootToolStatus, ProxmoxBootInfo
+from gpunode.facts.snapshot import node
 from gpunode.ops.changes import report_change
 from gpunode.ops.shell import argv
 
@@ -19,11 +18,10 @@ def kernel_pin(version: str):
 
     + version: kernel release, e.g. 6.8.12-4-pve
     """
-    info = as_model(ProxmoxBootInfo, cached_fact(ProxmoxBootTool))
+    info = node().boot_tool or ProxmoxBootInfo(status=BootToolStatus(present=False))
     if info.pinned == version:
         host.noop(f"kernel {version} already pinned")
         return
     report_change("proxmox-boot-tool kernel pin", info.pinned or "(none)", version,
                   where="next boot")
-    changes_fact(ProxmoxBootTool)
     yield argv("proxmox-boot-tool", "kernel", "pin", version)

@@ -34,6 +34,7 @@ from pyinfra.api import FunctionCommand, operation
 from pyinfra.operations import server
 
 from gpunode.facts.boot import BootId
+from gpunode.facts.snapshot import node_changed
 from gpunode.pyinfra_adapter import drop_connection, inner_commands
 
 WAIT_LINE_S = 15.0
@@ -145,3 +146,4 @@ def reboot(reboot_timeout: int = 300, delay: int = 5, interval: int = 3):
                                   (boot_ids, delay, interval, reboot_timeout), {})
         else:
             yield command
+    yield node_changed()  # a new boot: the next read of the node is a new snapshot

@@ -1,4 +1,4 @@
-"""systemd units gpunode installs: enabled and active, read with the cached facts."""
+"""systemd units gpunode installs: enabled and active, as the snapshot read them."""
 
 from __future__ import annotations
 
@@ -6,16 +6,14 @@ import shlex
 
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
-from pyinfra.facts.files import Directory
-from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from gpunode.facts.cache import cached_fact, changes_fact
+from gpunode.facts.snapshot import SYSTEMD_RUNTIME, node
 from gpunode.ops.changes import report_change
 
 
 def systemd_booted() -> bool:
     """sd_booted(): /run/systemd/system exists only when systemd is PID 1."""
-    return bool(cached_fact(Directory, path="/run/systemd/system"))
+    return node().folder_exists(SYSTEMD_RUNTIME)
 
 
 @operation()
@@ -28,8 +26,7 @@ def unit_disabled(unit: str):
     if not systemd_booted():
         host.noop(f"not booted with systemd: {unit} can't be running")
         return
-    active = (cached_fact(SystemdStatus, services=[unit]) or {}).get(unit, False)
-    enabled = (cached_fact(SystemdEnabled, services=[unit]) or {}).get(unit, False)
+    active, enabled = node().unit(unit).active, node().unit(unit).enabled
     if not active and not enabled:
         host.noop(f"{unit} is disabled and inactive")
         return
@@ -43,21 +40,18 @@ def unit_enabled_and_running(unit: str):
     """
     Enable and start a unit unless it already is, in one command.
 
-    The state comes from pyinfra's SystemdStatus and SystemdEnabled facts read through
-    the cache (prefetchable), so a converged unit costs no read of its own (pyinfra's
-    systemd.service would read both again with its own arguments).
+    The state comes from the snapshot (pyinfra's SystemdStatus and SystemdEnabled parsers
+    over one systemctl show), so a converged unit costs no read of its own (pyinfra's
+    systemd.service would read both again).
 
     + unit: full unit name (gpunode-tune.service)
     """
-    active = (cached_fact(SystemdStatus, services=[unit]) or {}).get(unit, False)
-    enabled = (cached_fact(SystemdEnabled, services=[unit]) or {}).get(unit, False)
+    active, enabled = node().unit(unit).active, node().unit(unit).enabled
     if active and enabled:
         host.noop(f"{unit} is enabled and active")
         return
     state = f"{'enabled' if enabled else 'disabled'}, {'active' if active else 'inactive'}"
     report_change(unit, state, "enabled, active", where="systemd")
-    changes_fact(SystemdStatus, services=[unit])
-    changes_fact(SystemdEnabled, services=[unit])
     quoted = shlex.quote(unit)
     if not enabled:
         yield StringCommand(f"systemctl enable {'--now ' if not active else ''}{quoted}")

@@ -10,46 +10,38 @@ from io import StringIO
 
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, StringCommand, operation
-from pyinfra.facts.files import Directory
-from pyinfra.facts.systemd import SystemdEnabled
 
-from gpunode.facts.apt import AptHolds
-from gpunode.facts.cache import cached_fact, changes_fact
-from gpunode.facts.cmdline import CmdlineState, KernelCmdline
-from gpunode.facts.kernel_params import KernelParams, KernelParamsState
-from gpunode.facts.owned import STATE_DIR, STATE_FILE, NodeState, RecordedState
-from gpunode.facts.sections import as_model, fact_data
+from gpunode.facts.owned import STATE_DIR, STATE_FILE, NodeState
+from gpunode.facts.snapshot import node
 from gpunode.ops.changes import report_change
 from gpunode.ops.services import systemd_booted
 
 
 def unit_enabled(unit: str) -> bool:
-    """The unit is enabled (cached SystemdEnabled; False without systemd)."""
-    if not systemd_booted():
-        return False
-    return bool((fact_data(cached_fact(SystemdEnabled, services=[unit])) or {}).get(unit))
+    """The unit is enabled (False without systemd)."""
+    return systemd_booted() and node().unit(unit).enabled
 
 
 def node_state(sysctl_keys: list[str], modules: list[str], unit: str,
                units: list[str] | None = None) -> NodeState:
-    """What the node is like now, from the cached facts."""
-    params = as_model(KernelParamsState, cached_fact(KernelParams, sysctl_keys=sysctl_keys,
-                                                     modules=modules))
+    """What the node is like now, from the snapshot."""
+    snapshot = node()
+    params = snapshot.kernel
     return NodeState(
         recorded=datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
-        sysctls=dict(sorted(params.sysctls.items())),
+        sysctls={key: params.sysctls[key] for key in sorted(sysctl_keys)
+                 if key in params.sysctls},
         modules_loaded=sorted(m.replace("-", "_") for m in modules
                               if m.replace("-", "_") in params.loaded_modules),
-        holds=sorted(fact_data(cached_fact(AptHolds)) or []),
+        holds=sorted(snapshot.holds),
         boot_unit_enabled=unit_enabled(unit),
-        cmdline=as_model(CmdlineState, cached_fact(KernelCmdline)).booted,
+        cmdline=snapshot.cmdline.booted,
         units_enabled={u: unit_enabled(u) for u in units or []},
     )
 
 
 def recorded_state() -> NodeState | None:
-    raw = fact_data(cached_fact(RecordedState))
-    return NodeState.model_validate(raw) if raw else None
+    return node().recorded
 
 
 @operation()
@@ -72,8 +64,6 @@ def state_recorded(sysctl_keys: list[str], modules: list[str], unit: str,
     report_change(STATE_FILE, "(absent)",
                   f"{len(state.sysctls)} sysctls, {len(state.modules_loaded)} modules loaded, "
                   f"{len(state.holds)} holds", where="what undo restores")
-    changes_fact(RecordedState)
-    changes_fact(Directory, path=STATE_DIR)
     text = json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n"
     temp = f"{STATE_FILE}.gpunode-new"
     yield StringCommand(f"mkdir -p {STATE_DIR} && chmod 700 {STATE_DIR}")
@@ -88,12 +78,10 @@ def state_forgotten():
     when every restore before it succeeded.
     """
     recorded = recorded_state()
-    present = recorded is not None or bool(cached_fact(Directory, path=STATE_DIR))
+    present = recorded is not None or node().folder_exists(STATE_DIR)
     if not present:
         host.noop(f"{STATE_DIR} absent")
         return
     report_change(STATE_DIR, "present", "(removed)", where="originals, backups, state.json")
-    changes_fact(RecordedState)
-    changes_fact(Directory, path=STATE_DIR)
     yield StringCommand(f"rm -rf {STATE_DIR}")
 

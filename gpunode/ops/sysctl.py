@@ -17,16 +17,12 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import operation
 
-from gpunode.facts.bundle import FactRead
-from gpunode.facts.cache import cached_read, changes_fact
 from gpunode.facts.kernel_params import (
     SYSCTL_REFUSED_DIR,
-    KernelParams,
-    KernelParamsState,
     normalize_sysctl_value,
     sysctl_path,
 )
-from gpunode.facts.sections import as_model
+from gpunode.facts.snapshot import node
 from gpunode.ops.changes import report_change, shorten
 from gpunode.ops.shell import every_command, script_text
 
@@ -44,11 +40,6 @@ def sysctl_changes(
         and live[key] != normalize_sysctl_value(value)
         and refused.get(key) != normalize_sysctl_value(value)
     }
-
-
-def sysctl_read(values: dict[str, str]) -> FactRead:
-    """The operation's read: these keys, no modules (a wider KernelParams read answers it)."""
-    return FactRead(KernelParams, {"sysctl_keys": sorted(values), "modules": []})
 
 
 def write_and_verify_command(key: str, value: str, best_effort: bool) -> str:
@@ -76,7 +67,7 @@ def sysctl_values(values: dict[str, str], best_effort: frozenset[str] = frozense
     + best_effort: keys whose write the kernel may refuse (a failure there is not an error)
     + persisted_in: the file that persists them (named in the change line)
     """
-    state = as_model(KernelParamsState, cached_read(sysctl_read(values)))
+    state = node().kernel
     live = state.sysctls
     missing = sorted(key for key in values if key not in live)
     refused = {k: v for k, v in state.sysctl_refused.items() if k in best_effort}
@@ -86,7 +77,6 @@ def sysctl_values(values: dict[str, str], best_effort: frozenset[str] = frozense
     for key, value in changes.items():
         report_change(key, shorten(live[key]), shorten(normalize_sysctl_value(value)), where)
     if changes:
-        changes_fact(KernelParams, sysctl_keys=sorted(changes))
         yield every_command([write_and_verify_command(key, value, key in best_effort)
                              for key, value in changes.items()])
     else:

@@ -15,10 +15,7 @@ from io import StringIO
 
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, StringCommand, operation
-from pyinfra.facts.files import FileContents
 
-from gpunode.facts.apt import AptHolds
-from gpunode.facts.cache import cached_fact
 from gpunode.facts.cmdline import (
     GRUB_CMDLINE_VAR,
     GRUB_DEFAULT_FILE,
@@ -28,16 +25,12 @@ from gpunode.facts.cmdline import (
     token_key,
 )
 from gpunode.facts.owned import (
-    DirEntries,
     FileState,
-    KeptOriginals,
-    OwnedFiles,
     ancestors,
-    file_state,
     original_path,
     written_path,
 )
-from gpunode.facts.sections import fact_data
+from gpunode.facts.snapshot import node
 from gpunode.ops.changes import report_change
 from gpunode.ops.cmdline import report_cmdline_changes, set_grub_default_entry
 
@@ -47,7 +40,7 @@ def _same(a: FileState | None, b: FileState | None) -> bool:
 
 
 def _kept(dest: str) -> str | None:
-    return (fact_data(cached_fact(KeptOriginals, paths=[dest])) or {}).get(dest)
+    return node().originals.get(dest)
 
 
 @operation()
@@ -59,8 +52,7 @@ def owned_file_removed(dest: str, after: str | None = None):
     + after: shell command run after a change (e.g. `systemctl daemon-reload`)
     """
     kept = _kept(dest)
-    states = cached_fact(OwnedFiles, paths=[dest, original_path(dest)])
-    current, original = file_state(states, dest), file_state(states, original_path(dest))
+    current, original = node().file(dest), node().file(original_path(dest))
     if kept == "file" and original is not None:
         if _same(current, original):
             host.noop(f"{dest} is the original")
@@ -133,12 +125,11 @@ def edited_file_restored(dest: str, refresh: str):
         host.noop(f"gpunode never edited {dest} (no original kept)")
         return
     paths = [dest, original_path(dest), written_path(dest)]
-    states = cached_fact(OwnedFiles, paths=paths)
-    current, original, written = (file_state(states, p) for p in paths)
+    current, original, written = (node().file(p) for p in paths)
     if current is None or _same(current, original):
         host.noop(f"{dest} is the original")
         return
-    text = {p: _lines_text(cached_fact(FileContents, path=p)) for p in paths}
+    text = {p: _lines_text(node().contents.get(p)) for p in paths}
     where = f"{dest} {GRUB_CMDLINE_VAR}" if dest == GRUB_DEFAULT_FILE else dest
     if written is not None and current.sha1 == written.sha1:
         report_cmdline_changes(_tokens(text[dest], dest), _tokens(text[paths[1]], dest), where)
@@ -169,7 +160,7 @@ def holds_released(recorded_holds: list[str], patterns: list[str]):
     + recorded_holds: the holds found before the first apply (state.json)
     + patterns: glob patterns of the packages gpunode holds
     """
-    holds = sorted(fact_data(cached_fact(AptHolds)) or [])
+    holds = sorted(node().holds)
     release = [p for p in holds if p not in recorded_holds
                and any(fnmatch.fnmatch(p, pattern) for pattern in patterns)]
     if not release:
@@ -215,12 +206,11 @@ def created_folder_removed(path: str, gone: list[str] | None = None):
     + path: the folder
     + gone: names in it that an earlier operation of the run removes (gpunode.prom)
     """
-    chain = created_chain(path, fact_data(cached_fact(KeptOriginals,
-                                                      paths=ancestors(path))) or {})
+    chain = created_chain(path, node().originals)
     if not chain:
         host.noop(f"gpunode created no folder of {path}")
         return
-    listing = fact_data(cached_fact(DirEntries, paths=chain)) or {}
+    listing = node().folders
     removable, kept = removable_folders(chain, listing, list(gone or []))
     if not removable:
         if kept is None:

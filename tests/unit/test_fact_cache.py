@@ -34,7 +34,7 @@ from gpunode.facts.dpkg import InstalledPackages
 from gpunode.facts.kernel_params import KernelParams
 from gpunode.facts.kernels import InstalledKernels
 from gpunode.facts.owned import OwnedFiles
-from gpunode.roles.audit.facts import LENDERS, AuditFacts
+from gpunode.facts.audit import LENDERS, AuditFacts
 from tests.lab.pyinfra_cli import run_pyinfra
 
 

@@ -6,10 +6,10 @@ known limit, not a finding: custom allreduce stays off and NCCL uses PCIe P2P or
 
 from __future__ import annotations
 
+from gpunode.facts.gpu_details import GpuDetails
 from gpunode.facts.nvidia import NvidiaGpu
 from gpunode.facts.pcie import PcieDevice
 from gpunode.profile.check import Check, not_applicable, ok
-from gpunode.roles.audit.gpu_facts import GpuDetails
 from gpunode.roles.audit.snapshot import NodeSnapshot
 
 GPU_CLASS_NAMES = ("VGA compatible controller", "3D controller", "Display controller")

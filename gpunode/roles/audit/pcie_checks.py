@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 
+from gpunode.facts.gpu_details import GpuDetails
 from gpunode.facts.nvidia import NvidiaGpu
 from gpunode.facts.pcie import PcieDevice
 from gpunode.profile.check import DEPLOY_FIX, Check, not_applicable, ok
@@ -26,7 +27,6 @@ from gpunode.roles.audit.gpu_checks import (
     lspci_gpus,
     smi_gpus,
 )
-from gpunode.roles.audit.gpu_facts import GpuDetails
 from gpunode.roles.audit.snapshot import NodeSnapshot
 
 SPEED_GEN = {"2.5GT/s": 1, "5GT/s": 2, "8GT/s": 3, "16GT/s": 4, "32GT/s": 5, "64GT/s": 6}

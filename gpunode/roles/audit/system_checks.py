@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 
 from gpunode.facts.cmdline import grub_cmdline_value
+from gpunode.facts.containers import ContainerState
 from gpunode.facts.dpkg import upstream_version
 from gpunode.facts.kernels import KernelPackages
 from gpunode.facts.nvidia import NvidiaSmiReport
@@ -18,7 +19,6 @@ from gpunode.facts.proxmox import esp_problem_message
 from gpunode.profile.check import DEPLOY_FIX, Check, not_applicable, ok
 from gpunode.profile.container import cgroup_v1_fix
 from gpunode.profile.node import NodeProfile
-from gpunode.roles.audit.container_facts import ContainerState
 from gpunode.roles.audit.gpu_checks import NOT_READ, lspci_gpus
 from gpunode.roles.audit.snapshot import NodeSnapshot
 from gpunode.roles.lxc_gpu.numa import parse_cpulist

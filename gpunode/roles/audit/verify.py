@@ -1,9 +1,9 @@
 """The end of every deploy: read the node back and print what is still open or pending.
 
 It is an operation that never yields a command, so a converged node still shows zero changes;
-it reads the live node when it executes, after every other operation of the deploy: what the
-deploy's operations changed, in one command (the rest is still cached from the deploy's
-prefetch, so a converged node is verified without a read of its own). It runs the audit's
+it runs when the deploy executes, after every other operation: when any of them changed the
+node, it reads the node again in one command (a second snapshot); on a converged node the
+deploy's own snapshot is the node, and the verify reads nothing of its own. It runs the audit's
 checks (gpunode.roles.audit.checks.audit_checks), prints every check that is not ok with its
 fix, then the run's summary (gpunode.roles.audit.summary: changed, unchanged, pending reboot
 or restart, refused, what "verified N/M" counts), and writes the metrics file when the host
@@ -17,8 +17,7 @@ import time
 from pyinfra import host, logger
 from pyinfra.api import operation
 
-from gpunode.facts.bundle import FactRead
-from gpunode.facts.cache import prefetch
+from gpunode.facts.snapshot import Needs, changed_in_this_run, mark_stale
 from gpunode.profile.node import NodeProfile
 from gpunode.pyinfra_adapter import (
     checks_for_changes,
@@ -30,18 +29,17 @@ from gpunode.pyinfra_adapter import (
 from gpunode.roles.audit.checks import audit_checks, tuning_checks
 from gpunode.roles.audit.metrics import write_node_metrics
 from gpunode.roles.audit.run import METRICS_FILE_DATA
-from gpunode.roles.audit.snapshot import AUDIT_READ, gather_snapshot, verify_reads
+from gpunode.roles.audit.snapshot import audit_needs, gather_snapshot
 from gpunode.roles.audit.summary import open_lines, run_summary
 
 
-def verify_prefetch(profile: NodeProfile) -> list[FactRead]:
-    """The verify's reads, to prefetch with the deploy's own at its start: all of them in a
-    run without change detection (-y), so a converged node is read in one command; without
-    AuditFacts when change detection runs (--dry, the interactive run), as a dry run never
-    verifies (the interactive run reads it when it verifies)."""
-    reads = verify_reads(profile)
-    return reads if not checks_for_changes() else [
-        read for read in reads if read is not AUDIT_READ]
+def needs(profile: NodeProfile) -> Needs:
+    """What the verify reads, to read with the deploy's own at its start: all of it in a run
+    without change detection (-y), so a converged node is read in one command; without the
+    audit's parts when change detection runs (--dry, the interactive run), as a dry run never
+    verifies (the interactive run reads them when it verifies)."""
+    wanted = audit_needs(profile)
+    return wanted if not checks_for_changes() else wanted.model_copy(update={"audit": False})
 
 
 @operation(is_idempotent=True)
@@ -55,7 +53,8 @@ def verify_node(profile: NodeProfile):
     if not in_execute_stage():
         host.noop("verify after the other operations ran")
         return
-    prefetch(verify_reads(profile))  # what the deploy changed, read back in one command
+    if changed_in_this_run():
+        mark_stale(current_state(), host)  # the node changed under the run: read it again
     snap = gather_snapshot(profile)
     checks = audit_checks(profile, snap)
     settings = tuning_checks(profile, snap)

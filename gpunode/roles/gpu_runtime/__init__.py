@@ -13,12 +13,8 @@ Why each: gpunode/profile/node.py (the field descriptions).
 from __future__ import annotations
 
 from pyinfra import host, logger
-from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from gpunode.facts.bundle import FactRead
-from gpunode.facts.cache import cached_fact
-from gpunode.facts.dpkg import InstalledPackages
-from gpunode.facts.nvidia import NvidiaDriverVersion, NvidiaSmi
+from gpunode.facts.snapshot import Needs, node
 from gpunode.ops import nvidia
 from gpunode.ops.apt import packages_present
 from gpunode.ops.changes import log_wrapped
@@ -33,17 +29,14 @@ PERSISTENCED_UNIT = "nvidia-persistenced.service"
 
 def driver_present() -> bool:
     """An NVIDIA driver is loaded or nvidia-smi answers."""
-    return nvidia.smi_report().present or cached_fact(NvidiaDriverVersion) is not None
+    return nvidia.smi_report().present or node().driver_loaded is not None
 
 
-def gpu_runtime_reads(profile: NodeProfile) -> list[FactRead]:
-    """Every fact gpu_runtime reads (for prefetch)."""
-    reads = [FactRead(NvidiaSmi), *nvidia.SMI_READS, FactRead(NvidiaDriverVersion)]
-    if profile.gpu_persistence:
-        reads += [FactRead(InstalledPackages, {"patterns": [PERSISTENCED_PACKAGE]}),
-                  FactRead(SystemdStatus, {"services": [PERSISTENCED_UNIT]}),
-                  FactRead(SystemdEnabled, {"services": [PERSISTENCED_UNIT]})]
-    return reads
+def needs(profile: NodeProfile) -> Needs:
+    """What gpu_runtime reads of the node."""
+    if not profile.gpu_persistence:
+        return Needs(nvidia=True)
+    return Needs(nvidia=True, packages=(PERSISTENCED_PACKAGE,), units=(PERSISTENCED_UNIT,))
 
 
 def gpu_runtime_problems(host_name: str, profile: NodeProfile) -> None:

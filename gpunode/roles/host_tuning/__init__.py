@@ -11,27 +11,19 @@ cpufreq governor (sysfs + boot unit; the cmdline half is in gpunode/roles/kernel
 from __future__ import annotations
 
 from pyinfra import host, logger
-from pyinfra.facts.files import Directory
-from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from gpunode.facts.apt import AptCandidates
-from gpunode.facts.bundle import FactRead
-from gpunode.facts.cache import cached_fact, cached_read
-from gpunode.facts.dpkg import InstalledPackages
-from gpunode.facts.owned import OwnedFiles
-from gpunode.facts.pcie import PcieDevice, PcieDevices, PciPaths, unreadable_note
+from gpunode.facts.pcie import unreadable_note
 from gpunode.facts.pcie_refusals import REFUSED_DIR
-from gpunode.facts.sections import as_models
+from gpunode.facts.snapshot import Needs, node
 from gpunode.ops import cpu, modules, pcie, sysctl
 from gpunode.ops.apt import packages_present
 from gpunode.ops.changes import log_wrapped
 from gpunode.ops.files import template_file
 from gpunode.ops.preflight import uninstallable
-from gpunode.ops.services import unit_enabled_and_running
+from gpunode.ops.services import systemd_booted, unit_enabled_and_running
 from gpunode.profile.node import NodeProfile
 from gpunode.profile.sysctls import BEST_EFFORT_SYSCTLS
 from gpunode.pyinfra_adapter import deploy
-from gpunode.roles.audit.snapshot import snapshot_reads
 
 SYSCTL_FILE = "/etc/sysctl.d/90-gpunode.conf"
 MODULES_FILE = "/etc/modules-load.d/gpunode.conf"
@@ -103,7 +95,7 @@ def tune_modules(profile: NodeProfile) -> None:
 
 
 def tune_devices_and_cpu(profile: NodeProfile) -> None:
-    unreadable = unreadable_note(as_models(PcieDevice, cached_fact(PcieDevices) or []))
+    unreadable = unreadable_note(node().pcie)
     if unreadable:
         log_wrapped(logger.warning, f"{host.name}: {unreadable}")
     pcie.max_read_request(
@@ -125,7 +117,7 @@ def tune_devices_and_cpu(profile: NodeProfile) -> None:
     template_file("systemd/gpunode-tune.service.j2", BOOT_UNIT_FILE,
                   after="systemctl daemon-reload", script=BOOT_SCRIPT,
                   persistence=profile.gpu_persistence)
-    if booted_with_systemd():
+    if systemd_booted():
         unit_enabled_and_running(name=f"Enable {BOOT_UNIT} (re-applies at boot)",
                                  unit=BOOT_UNIT)
     else:
@@ -133,32 +125,11 @@ def tune_devices_and_cpu(profile: NodeProfile) -> None:
                     f"{host.name}: not booted with systemd; {BOOT_UNIT} written, not enabled")
 
 
-SYSTEMD_BOOTED_READ = FactRead(Directory, {"path": "/run/systemd/system"})
-
-
-def booted_with_systemd() -> bool:
-    """sd_booted(): /run/systemd/system exists only when systemd is PID 1."""
-    return bool(cached_read(SYSTEMD_BOOTED_READ))
-
-
-def host_tuning_reads(profile: NodeProfile) -> list[FactRead]:
-    """Every fact host_tuning reads, with the arguments its operations use (for prefetch).
-    KernelParams is read once for all sysctls and modules, CpuPower once: those reads answer
-    the operations' narrower ones, which stay cached when another part changes."""
-    tuning = snapshot_reads(profile)
-    return [
-        FactRead(InstalledPackages, {"patterns": sorted(PACKAGES)}),
-        FactRead(AptCandidates, {"packages": sorted(PACKAGES)}),
-        tuning["kernel"], sysctl.sysctl_read(profile.sysctls),
-        modules.modules_read(profile.modules),
-        tuning["pcie"], *pcie.PCIE_READS, tuning["mrrs_refused"], tuning["cpu"], *cpu.CPU_READS,
-        FactRead(PciPaths),
-        SYSTEMD_BOOTED_READ,
-        FactRead(SystemdStatus, {"services": [BOOT_UNIT]}),
-        FactRead(SystemdEnabled, {"services": [BOOT_UNIT]}),
-        FactRead(OwnedFiles, {"paths": list(OWNED_FILES)}),  # answers each file's own read:
-        *(FactRead(OwnedFiles, {"paths": [path]}) for path in OWNED_FILES),  # kept per file
-    ]
+def needs(profile: NodeProfile) -> Needs:
+    """What host_tuning reads beyond the snapshot's core (cmdline, CPU, lspci, refusals)."""
+    return Needs(packages=tuple(PACKAGES), candidates=tuple(PACKAGES),
+                 sysctl_keys=tuple(profile.sysctls), modules=tuple(profile.modules),
+                 units=(BOOT_UNIT,), files=OWNED_FILES)
 
 
 def tune_memlock(profile: NodeProfile) -> None:

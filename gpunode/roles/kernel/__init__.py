@@ -11,20 +11,13 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 from pyinfra import host, logger
 
-from gpunode.facts.apt import AptHolds
-from gpunode.facts.bundle import FactRead
-from gpunode.facts.cache import cached_fact
-from gpunode.facts.cmdline import CmdlineState, KernelCmdline, missing_params
-from gpunode.facts.cpu import CpuPower, CpuState
-from gpunode.facts.kernels import InstalledKernels, KernelPackages
+from gpunode.facts.cmdline import CmdlineState, missing_params
+from gpunode.facts.cpu import CpuState
+from gpunode.facts.kernels import KernelPackages
 from gpunode.facts.proxmox import (
-    ProxmoxBootInfo,
-    ProxmoxBootTool,
-    PveVersion,
-    PveVersionFact,
     esp_problem_message,
 )
-from gpunode.facts.sections import as_model
+from gpunode.facts.snapshot import Needs, node
 from gpunode.ops import proxmox
 from gpunode.ops.apt import apt_hold
 from gpunode.ops.changes import log_wrapped
@@ -74,11 +67,11 @@ def plan_kernel_pin(
 def kernel_pin_for_host(profile: NodeProfile) -> KernelPin | None:
     if profile.kernel_pin is None:
         return None
-    kernels = as_model(KernelPackages, cached_fact(InstalledKernels))
-    pve = as_model(PveVersion, cached_fact(PveVersionFact))
-    boot = as_model(ProxmoxBootInfo, cached_fact(ProxmoxBootTool))
-    return plan_kernel_pin(host.name, profile.kernel_pin, kernels,
-                           pve.present or boot.status.present)
+    snapshot = node()
+    kernels = snapshot.kernels or KernelPackages(running="")
+    proxmox = bool((snapshot.pve and snapshot.pve.present)
+                   or (snapshot.boot_tool and snapshot.boot_tool.status.present))
+    return plan_kernel_pin(host.name, profile.kernel_pin, kernels, proxmox)
 
 
 def kernel_problems(profile: NodeProfile) -> list[str]:
@@ -116,9 +109,8 @@ def cmdline_managed(state: CmdlineState, bootloader: str) -> bool:
 
 def boot_plan(profile: NodeProfile) -> BootPlan:
     """Read CPU and cmdline facts and compute the boot parameters of this host."""
-    cpu = as_model(CpuState, cached_fact(CpuPower))
-    state = as_model(CmdlineState, cached_fact(KernelCmdline))
-    params = wanted_cmdline(profile, cpu)
+    state = node().cmdline
+    params = wanted_cmdline(profile, node().cpu)
     pending = missing_params(state.booted, params) if cmdline_managed(
         state, profile.bootloader) else {}
     return BootPlan(params=params, pending=pending,
@@ -136,13 +128,12 @@ def pending_reboot_reasons(plan: BootPlan, pin: KernelPin | None) -> list[str]:
     return reasons
 
 
-def kernel_reads(profile: NodeProfile) -> list[FactRead]:
-    """Every fact kernel_boot reads (for prefetch): the pin's only when a pin is set."""
-    reads = [FactRead(CpuPower), FactRead(KernelCmdline)]  # the verify reads both too
-    if profile.kernel_pin is not None:
-        reads += [FactRead(InstalledKernels), FactRead(PveVersionFact),
-                  FactRead(ProxmoxBootTool), FactRead(AptHolds)]
-    return reads
+def needs(profile: NodeProfile) -> Needs:
+    """What the kernel role reads beyond the snapshot's core (cmdline, CPU): the kernels,
+    Proxmox's boot tool and the holds, only when a pin is set."""
+    if profile.kernel_pin is None:
+        return Needs()
+    return Needs(kernels=True, holds=True)
 
 
 @deploy("gpunode: kernel")
@@ -157,7 +148,7 @@ def kernel_boot(profile: NodeProfile) -> None:
         if pin.proxmox:
             proxmox.kernel_pin(name=f"Pin kernel {pin.version}", version=pin.version)
     grub_entry = pin.grub_entry if pin else None
-    state = as_model(CmdlineState, cached_fact(KernelCmdline))
+    state = node().cmdline
     if state.grub_default_text is not None and not uses_systemd_boot(state, profile.bootloader):
         note = grub_dropin_note(state, grub_entry)
         if note:

@@ -17,23 +17,17 @@ from pydantic import BaseModel, ConfigDict
 from pyinfra import host, logger
 from pyinfra.operations import server
 
-from gpunode.facts.apt import AptHolds
-from gpunode.facts.bundle import FactRead
-from gpunode.facts.cache import cached_fact
-from gpunode.facts.dpkg import InstalledPackages, upstream_version
-from gpunode.facts.nvidia import NvidiaDriverVersion, NvidiaSmi, NvidiaSmiReport
+from gpunode.facts.dpkg import upstream_version
+from gpunode.facts.nvidia import NvidiaSmiReport
 from gpunode.facts.nvidia_modules import (
     Flavour,
-    NvidiaKernelModule,
     NvidiaModuleState,
     flavour_of_packages,
     flavour_packages,
     gpu_architectures,
     wanted_flavour,
 )
-from gpunode.facts.owned import OwnedFiles
-from gpunode.facts.pcie import PcieDevice, PcieDevices
-from gpunode.facts.sections import as_model, as_models, fact_data
+from gpunode.facts.snapshot import Needs, node
 from gpunode.ops.apt import apt_hold, apt_update
 from gpunode.ops.changes import log_wrapped, report_change
 from gpunode.ops.nvidia_pin import NVIDIA_PATTERNS, PREFERENCES_FILE, nvidia_pin
@@ -83,22 +77,22 @@ class DriverPlan(BaseModel):
 def driver_plan(wanted: str) -> DriverPlan:
     """The driver release's packages only: the container and CUDA toolkits, Debian's helper
     packages and other NVIDIA tools have versions of their own (see packages.py)."""
-    installed = fact_data(cached_fact(InstalledPackages, patterns=NVIDIA_PATTERNS))
-    return DriverPlan(wanted=wanted, installed=driver_release_packages(installed),
-                      loaded=cached_fact(NvidiaDriverVersion))
+    return DriverPlan(wanted=wanted, installed=driver_release_packages(node().packages),
+                      loaded=node().driver_loaded)
 
 
 def node_flavour_plan(profile: NodeProfile) -> tuple[Flavour | None, str, Flavour | None]:
     """(wanted flavour, why, flavour on the node: loaded, else installed module, else
     packages) from the live facts."""
-    smi = as_model(NvidiaSmiReport, cached_fact(NvidiaSmi))
-    devices = as_models(PcieDevice, cached_fact(PcieDevices))
+    snapshot = node()
+    smi = snapshot.nvidia or NvidiaSmiReport(present=False)
+    devices = snapshot.pcie
     archs = gpu_architectures([g.architecture for g in smi.gpus] if smi.present else [],
                               [d.name for d in devices if d.vendor_id == "10de"
                                and d.class_id.startswith("03")])
     wanted, why = wanted_flavour(profile.nvidia_kernel_modules, archs)
-    module = as_model(NvidiaModuleState, cached_fact(NvidiaKernelModule))
-    installed = dict(fact_data(cached_fact(InstalledPackages, patterns=NVIDIA_PATTERNS)) or {})
+    module = snapshot.nvidia_module or NvidiaModuleState()
+    installed = dict(snapshot.packages)
     have = module.loaded_flavour or module.installed_flavour or flavour_of_packages(installed)
     return wanted, why, have
 
@@ -111,14 +105,13 @@ def packages_to_install(profile: NodeProfile, wanted: Flavour | None) -> list[st
     return flavour_packages(wanted or fallback, profile.nvidia_repository)
 
 
-def nvidia_driver_reads(profile: NodeProfile) -> list[FactRead]:
-    """Every fact nvidia_driver reads (for prefetch)."""
-    reads = [FactRead(InstalledPackages, {"patterns": NVIDIA_PATTERNS}),
-             FactRead(NvidiaKernelModule), FactRead(NvidiaSmi), FactRead(PcieDevices)]
+def needs(profile: NodeProfile) -> Needs:
+    """What nvidia_driver reads: the NVIDIA packages, module and GPUs; with a pin, its
+    preferences file and the holds too."""
+    base = Needs(packages=tuple(NVIDIA_PATTERNS), nvidia=True, nvidia_module=True)
     if profile.nvidia_driver is None:
-        return reads
-    return [*reads, FactRead(NvidiaDriverVersion),
-            FactRead(OwnedFiles, {"paths": [PREFERENCES_FILE]}), FactRead(AptHolds)]
+        return base
+    return base | Needs(files=(PREFERENCES_FILE,), holds=True)
 
 
 @deploy("gpunode: driver")

@@ -16,27 +16,15 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 from pyinfra import host, logger
-from pyinfra.facts.files import Directory
-from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from gpunode.facts.apt import AptHolds
-from gpunode.facts.bundle import FactRead
-from gpunode.facts.cache import cached_fact
-from gpunode.facts.cmdline import CmdlineState, KernelCmdline
-from gpunode.facts.kernel_params import KernelParams, KernelParamsState
-from gpunode.facts.nvidia import NvidiaDriverVersion
 from gpunode.facts.owned import (
     STATE_DIR,
-    DirEntries,
-    KeptOriginals,
     NodeState,
-    OwnedFiles,
-    RecordedState,
     ancestors,
     original_path,
     written_path,
 )
-from gpunode.facts.sections import as_model
+from gpunode.facts.snapshot import Needs, node
 from gpunode.ops.changes import log_wrapped
 from gpunode.ops.services import unit_disabled
 from gpunode.ops.state import recorded_state, state_forgotten, state_recorded
@@ -68,13 +56,11 @@ class UndoTargets(BaseModel):
     gpu_runtime: bool = False  # the profile sets GPU persistence or power limits
 
 
-def record_reads(sysctl_keys: list[str], modules: list[str], unit: str,
-                 units: list[str] | None = None) -> list[FactRead]:
-    """The facts record_state reads (for prefetch)."""
-    return [FactRead(RecordedState), FactRead(AptHolds), FactRead(KernelCmdline),
-            FactRead(KernelParams, {"sysctl_keys": sorted(sysctl_keys),
-                                    "modules": sorted(modules)}),
-            *(FactRead(SystemdEnabled, {"services": [u]}) for u in [unit, *(units or [])])]
+def record_needs(sysctl_keys: list[str], modules: list[str], unit: str,
+                 units: list[str] | None = None) -> Needs:
+    """What record_state reads."""
+    return Needs(record=True, holds=True, sysctl_keys=tuple(sysctl_keys), modules=tuple(modules),
+                 units=(unit, *(units or [])))
 
 
 def record_state(sysctl_keys: list[str], modules: list[str], unit: str,
@@ -85,30 +71,23 @@ def record_state(sysctl_keys: list[str], modules: list[str], unit: str,
                    sysctl_keys=sysctl_keys, modules=modules, unit=unit, units=units or [])
 
 
-def undo_reads(targets: UndoTargets) -> list[FactRead]:
-    """Every fact undo_node reads (for prefetch)."""
-    owned = list(targets.owned_files)
-    edited = list(targets.edited_files)
-    reads = [FactRead(RecordedState), FactRead(AptHolds), FactRead(KernelCmdline),
-             FactRead(Directory, {"path": STATE_DIR}),
-             FactRead(SystemdStatus, {"services": [targets.unit]}),
-             FactRead(SystemdEnabled, {"services": [targets.unit]}),
-             FactRead(KeptOriginals, {"paths": owned + edited})]
-    reads += [FactRead(OwnedFiles, {"paths": [p, original_path(p)]}) for p in owned]
-    reads += [FactRead(OwnedFiles, {"paths": [p, original_path(p), written_path(p)]})
-              for p in edited]
-    units = [*targets.timers, *targets.foreign_units]
-    reads += [FactRead(fact, {"services": [u]}) for u in units
-              for fact in (SystemdStatus, SystemdEnabled)]
-    created = targets.created_files
-    reads += [FactRead(OwnedFiles, {"paths": [*created, *(original_path(p) for p in created)]}),
-              FactRead(KeptOriginals, {"paths": created})]
-    for folder in targets.created_folders:
-        reads += [FactRead(KeptOriginals, {"paths": ancestors(folder)}),
-                  FactRead(DirEntries, {"paths": ancestors(folder)})]
-    if targets.gpu_runtime:
-        reads.append(FactRead(NvidiaDriverVersion))
-    return reads
+def undo_needs(targets: UndoTargets, sysctl_keys: list[str]) -> Needs:
+    """What undo_node reads (sysctl_keys: the profile's; a record with more is read again
+    with those, see gpunode.deploys.undo)."""
+    owned, edited, created = list(targets.owned_files), list(targets.edited_files), \
+        targets.created_files
+    folders = [path for folder in targets.created_folders for path in ancestors(folder)]
+    files = [*owned, *created, *edited, *(written_path(p) for p in edited)]
+    return Needs(
+        record=True, holds=True, sysctl_keys=tuple(sysctl_keys), modules=tuple(targets.modules),
+        folders=(STATE_DIR, *folders),
+        units=(targets.unit, *targets.timers, *targets.foreign_units),
+        originals=(*owned, *edited, *created, *folders),
+        files=(*files, *(original_path(p) for p in files)),
+        contents=tuple(p for path in edited for p in (path, original_path(path),
+                                                      written_path(path))),
+        nvidia=targets.gpu_runtime,
+    )
 
 
 def reboot_notes(recorded: NodeState | None, targets: UndoTargets) -> list[str]:
@@ -117,19 +96,19 @@ def reboot_notes(recorded: NodeState | None, targets: UndoTargets) -> list[str]:
     if recorded is None:
         return []
     notes = []
-    booted = as_model(CmdlineState, cached_fact(KernelCmdline)).booted
+    snapshot = node()
+    booted = snapshot.cmdline.booted
     added = [t for t in booted if t not in recorded.cmdline]
     if added:
         notes.append(f"the booted cmdline still has {' '.join(added)}")
-    live = as_model(KernelParamsState, cached_fact(
-        KernelParams, sysctl_keys=sorted(recorded.sysctls), modules=sorted(targets.modules)))
+    live = snapshot.kernel
     loaded = sorted(m for m in live.loaded_modules if m in targets.modules
                     and m not in recorded.modules_loaded)
     if loaded:
         notes.append(f"modules gpunode loaded stay loaded: {' '.join(loaded)}")
     notes.append(f"device and CPU values {targets.unit} set (MaxReadReq, C-states, governor) "
                  "stay until the next boot")
-    if targets.gpu_runtime and cached_fact(NvidiaDriverVersion):
+    if targets.gpu_runtime and snapshot.driver_loaded:
         notes.append("GPU persistence mode and power limits stay until the driver reloads")
     return notes
 

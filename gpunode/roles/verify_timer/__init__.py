@@ -16,23 +16,15 @@ gpunode created it and it is empty. Undo does the same (gpunode.deploys.undo).
 
 from __future__ import annotations
 
-from pyinfra.facts.files import Directory
-from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
-
-from gpunode.facts.bundle import FactRead
-from gpunode.facts.cache import cached_fact
 from gpunode.facts.cmdline import format_param
-from gpunode.facts.cpu import CpuPower, CpuState
+from gpunode.facts.cpu import CpuState
 from gpunode.facts.kernel_params import SYSCTL_REFUSED_DIR, normalize_sysctl_value
 from gpunode.facts.owned import (
-    DirEntries,
-    KeptOriginals,
-    OwnedFiles,
     ancestors,
     original_path,
 )
 from gpunode.facts.pcie_refusals import REFUSED_DIR
-from gpunode.facts.sections import as_model, fact_data
+from gpunode.facts.snapshot import Needs, node
 from gpunode.ops.cpu import cpu_cmdline_params
 from gpunode.ops.files import directory_present, render_template, template_file
 from gpunode.ops.modules import module_plan_for_host
@@ -53,25 +45,19 @@ def metrics_file(profile: NodeProfile) -> str:
     return f"{profile.metrics_dir}/{METRICS_FILE_NAME}"
 
 
-def removal_reads(metrics_dir: str) -> list[FactRead]:
-    """Every fact taking the timer off reads (verify_timer_off, and undo)."""
-    paths = [*OWNED_FILES, f"{metrics_dir}/{METRICS_FILE_NAME}"]
-    return [
-        FactRead(Directory, {"path": "/run/systemd/system"}),
-        FactRead(SystemdStatus, {"services": [VERIFY_TIMER]}),
-        FactRead(SystemdEnabled, {"services": [VERIFY_TIMER]}),
-        FactRead(OwnedFiles, {"paths": [*paths, *(original_path(p) for p in paths)]}),
-        FactRead(KeptOriginals, {"paths": [*paths, *ancestors(metrics_dir)]}),
-        FactRead(DirEntries, {"paths": ancestors(metrics_dir)}),
-    ]
+def removal_needs(metrics_dir: str) -> Needs:
+    """What taking the timer off reads (verify_timer_off, and undo)."""
+    paths = (*OWNED_FILES, f"{metrics_dir}/{METRICS_FILE_NAME}")
+    return Needs(units=(VERIFY_TIMER,), files=(*paths, *(original_path(p) for p in paths)),
+                 originals=(*paths, *ancestors(metrics_dir)), folders=tuple(ancestors(metrics_dir)))
 
 
 def timer_installed() -> bool:
-    """Any of the timer's files present, or the timer enabled or active (cached facts)."""
-    files = fact_data(cached_fact(OwnedFiles, paths=list(OWNED_FILES))) or {}
-    units = [fact_data(cached_fact(fact, services=[VERIFY_TIMER])) or {}
-             for fact in (SystemdStatus, SystemdEnabled)] if systemd_booted() else []
-    return any(files.values()) or any(u.get(VERIFY_TIMER) for u in units)
+    """Any of the timer's files present, or the timer enabled or active."""
+    snapshot = node()
+    unit = snapshot.unit(VERIFY_TIMER)
+    return (any(snapshot.file(path) for path in OWNED_FILES)
+            or (systemd_booted() and (unit.active or unit.enabled)))
 
 
 def script_variables(profile: NodeProfile, cpu: CpuState, modules: list[str],
@@ -101,19 +87,12 @@ def render_script(profile: NodeProfile, cpu: CpuState, modules: list[str],
                            **script_variables(profile, cpu, modules, kernel_pin))
 
 
-def verify_timer_reads(profile: NodeProfile) -> list[FactRead]:
-    """Every fact verify_timer reads (for prefetch); with the timer off, those that tell
-    whether an earlier run installed it."""
+def needs(profile: NodeProfile) -> Needs:
+    """What verify_timer reads; with the timer off, what tells whether an earlier run
+    installed it (and what taking it off reads)."""
     if not profile.verify_timer:
-        return removal_reads(profile.metrics_dir)
-    units = [VERIFY_TIMER]
-    return [
-        FactRead(CpuPower),
-        FactRead(Directory, {"path": profile.metrics_dir}),
-        FactRead(SystemdStatus, {"services": units}),
-        FactRead(SystemdEnabled, {"services": units}),
-        FactRead(OwnedFiles, {"paths": list(OWNED_FILES)}),
-    ]
+        return removal_needs(profile.metrics_dir)
+    return Needs(folders=(profile.metrics_dir,), units=(VERIFY_TIMER,), files=OWNED_FILES)
 
 
 @deploy("gpunode: verify timer")
@@ -126,7 +105,7 @@ def verify_timer(profile: NodeProfile, kernel_pin: str | None = None) -> None:
         if timer_installed():
             verify_timer_off(profile.metrics_dir)
         return
-    cpu = as_model(CpuState, cached_fact(CpuPower))
+    cpu = node().cpu
     modules = module_plan_for_host(profile.modules, profile.required_modules).persist
     directory_present(name=f"Metrics directory {profile.metrics_dir}", path=profile.metrics_dir)
     template_file("verify/gpunode-verify.sh.j2", VERIFY_SCRIPT, mode="755",

@@ -7,9 +7,9 @@ import pytest
 from gpunode.facts.kernels import InstalledKernels
 from gpunode.facts.pcie import parse_pci_paths
 from gpunode.facts.sections import MARKER
-from gpunode.roles.audit.container_facts import parse_container_exec
-from gpunode.roles.audit.facts import AUDIT_COMMAND, AuditFacts, parse_audit_sections, parse_iommu
-from gpunode.roles.audit.gpu_facts import parse_gpu_details, parse_nvlink_status
+from gpunode.facts.containers import parse_container_exec
+from gpunode.facts.audit import AUDIT_COMMAND, AuditFacts, parse_audit_sections, parse_iommu
+from gpunode.facts.gpu_details import parse_gpu_details, parse_nvlink_status
 
 from ._nodes import CT_MEMLOCK_8M, CT_MEMLOCK_UNLIMITED, read
 

@@ -25,7 +25,7 @@ from pyinfra.context import ctx_host, ctx_state
 from gpunode.facts.kernel_params import KernelParams
 from gpunode.facts.sections import MARKER
 from gpunode.profile.node import NodeProfile
-from gpunode.roles.audit.facts import AuditFacts
+from gpunode.facts.audit import AuditFacts
 from gpunode.roles.audit.run import audit_node
 from gpunode.roles.audit.snapshot import gather_snapshot
 from gpunode.roles.audit.verify import verify_node

@@ -12,9 +12,9 @@ from gpunode.facts.proxmox import PveVersion, parse_proxmox_boot_tool_status
 from gpunode.ops.cmdline import set_grub_default_entry
 from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.checks import audit_checks
-from gpunode.roles.audit.facts import IommuState
+from gpunode.facts.audit import IommuState
 from gpunode.roles.audit.gpu_checks import NO_NVLINK, check_gpu_state, check_nvlink
-from gpunode.roles.audit.gpu_facts import parse_gpu_details, parse_nvlink_status
+from gpunode.facts.gpu_details import parse_gpu_details, parse_nvlink_status
 from gpunode.roles.audit.pcie_checks import (
     check_acs,
     check_iommu,
@@ -389,7 +389,7 @@ def test_misconfigured_node_is_still_misconfigured_after_a_no_op():
 def test_container_cpuset_not_local_to_its_gpus():
     """GPU 0 of the composed config sits on node 1 of a two-socket host (the Xeon 8470Q node
     lists): unpinned, and pinned to node 0, it is reported; pinned to node 1 it is ok."""
-    from gpunode.roles.audit.container_facts import container_state
+    from gpunode.facts.containers import container_state
     from gpunode.roles.lxc_gpu.numa import parse_gpu_numa
 
     numa = parse_gpu_numa(

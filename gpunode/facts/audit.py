@@ -21,8 +21,8 @@ One round trip gathers, as marker-separated sections (gpunode.facts.sections):
   --query-gpu=driver_version --format=csv,noheader; grep 'Max locked memory' /proc/1/limits"`
   (parse_container_exec).
 
-The GPU sections' models and parsers live in gpunode.roles.audit.gpu_facts, the containers'
-in gpunode.roles.audit.container_facts; this module holds the command, the IOMMU parser and
+The GPU sections' models and parsers live in gpunode.facts.gpu_details, the containers'
+in gpunode.facts.containers; this module holds the command, the IOMMU parser and
 AuditExtras, the whole parsed output.
 
 Nothing is written on the node: no redirection into files (only 2>/dev/null), no setpci, no
@@ -36,27 +36,29 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field
 from pyinfra.api import FactBase
-from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
-from gpunode.facts.apt import AptHolds
-from gpunode.facts.bundle import FactRead
-from gpunode.facts.dpkg import InstalledPackages, parse_dpkg_query
+from gpunode.facts.containers import ContainerState, container_state
+from gpunode.facts.dpkg import parse_dpkg_query
+from gpunode.facts.gpu_details import (
+    GpuDetails,
+    NvlinkGpu,
+    UnitState,
+    parse_gpu_details,
+    parse_nvlink_status,
+    parse_unit_state,
+)
 from gpunode.facts.gpu_topology import GpuTopology, parse_gpu_topology
-from gpunode.facts.kernels import InstalledKernels, KernelPackages, parse_installed_kernels
+from gpunode.facts.kernels import KernelPackages, parse_installed_kernels
 from gpunode.facts.nvidia import (
-    NvidiaDriverVersion,
-    NvidiaSmi,
     NvidiaSmiReport,
     nvidia_module_is_open,
     parse_nvidia_proc_version,
     parse_nvidia_smi_xml,
 )
 from gpunode.facts.nvidia_modules import flavour_of_license, parse_modinfo_license
-from gpunode.facts.pcie import PciPaths, parse_pci_paths
+from gpunode.facts.pcie import parse_pci_paths
 from gpunode.facts.proxmox import (
-    ProxmoxBootTool,
     PveVersion,
-    PveVersionFact,
     parse_proxmox_kernel_list,
     parse_pveversion,
 )
@@ -65,15 +67,6 @@ from gpunode.facts.sections import (
     ls_command,
     section_command,
     split_sections,
-)
-from gpunode.roles.audit.container_facts import ContainerState, container_state
-from gpunode.roles.audit.gpu_facts import (
-    GpuDetails,
-    NvlinkGpu,
-    UnitState,
-    parse_gpu_details,
-    parse_nvlink_status,
-    parse_unit_state,
 )
 from gpunode.roles.lxc_gpu.facts import parse_pct_list, parse_pve_lxc_config_fact
 from gpunode.roles.lxc_gpu.numa import GPU_NUMA_COMMAND, parse_gpu_numa
@@ -134,6 +127,13 @@ class AuditExtras(BaseModel):
     boot_pinned: str | None = None
     containers: list[ContainerState] | None = None
     """None where `pct` is not installed (not a Proxmox host)."""
+
+    def snapshot_fields(self) -> dict[str, object]:
+        """The fields a Snapshot takes from the audit's read."""
+        return {name: getattr(self, name) for name in (
+            "iommu", "pci_paths", "nvidia", "gpu_details", "nvlink", "driver_loaded",
+            "driver_open", "module_installed_flavour", "driver_packages", "persistenced",
+            "topology", "kernels", "pve", "boot_pinned", "containers")}
 
 
 # --- parsers -------------------------------------------------------------------------------
@@ -224,21 +224,20 @@ _CONTAINERS_LOOP = (
     "done"
 )
 
-# Sections whose command is another fact's own: a bundle that reads that fact too lends its
-# output to the audit (gpunode.facts.bundle.lend_sections) instead of running it twice.
-LENDERS: dict[str, FactRead] = {
-    "pci_paths": FactRead(PciPaths),
-    "nvidia_version": FactRead(NvidiaDriverVersion),
-    "nvidia_smi": FactRead(NvidiaSmi),
-    "nvidia_packages": FactRead(InstalledPackages, {"patterns": NVIDIA_PACKAGE_PATTERNS}),
-    "kernels": FactRead(InstalledKernels),
-    "pveversion": FactRead(PveVersionFact),
+# Sections whose command is another part of the snapshot's: the snapshot runs those once and
+# gives their output to the audit's parser (audit_text), by the audit's section name.
+SHARED_PARTS: dict[str, str] = {
+    "pci_paths": "pci_paths",
+    "nvidia_version": "driver_loaded",
+    "nvidia_smi": "nvidia",
+    "nvidia_packages": "driver_packages",
+    "kernels": "kernels",
+    "pveversion": "pve",
 }
 
 AUDIT_SECTIONS: list[tuple[str, str]] = [
     ("iommu_groups", ls_command("/sys/kernel/iommu_groups")),
     ("iommu_types", "grep -H . /sys/kernel/iommu_groups/*/type"),
-    *((name, str(read.fact().command(**read.kwargs))) for name, read in LENDERS.items()),
     ("nvlink", "command -v nvidia-smi >/dev/null && nvidia-smi nvlink -s 2>&1"),
     ("modinfo", "modinfo nvidia | grep -E '^(filename|version|license):'"),
     ("persistenced", _PERSISTENCED),
@@ -252,32 +251,32 @@ AUDIT_SECTIONS: list[tuple[str, str]] = [
 ]
 
 
-def audit_command(borrowed: list[str] | tuple[str, ...] = ()) -> str:
-    """The audit's one command, without the sections another read lends (borrowed)."""
-    return "; ".join([*(section_command(name, command) for name, command in AUDIT_SECTIONS
-                        if name not in borrowed), GPU_NUMA_COMMAND])
+def audit_command() -> str:
+    """The audit's one command (the SHARED_PARTS run as parts of the snapshot)."""
+    return "; ".join([*(section_command(name, command) for name, command in AUDIT_SECTIONS),
+                      GPU_NUMA_COMMAND])
 
 
 AUDIT_COMMAND = audit_command()
 
 
-class AuditFacts(FactBase):
-    """IOMMU, PCI topology, NVIDIA driver/GPUs/NVLink, kernels, Proxmox and its containers,
-    read in one command (see the module docstring); parsed into AuditExtras."""
+def audit_text(lines: list[str], parts: dict[str, list[str]]) -> list[str]:
+    """The audit's output with the shared parts' output added as its own sections."""
+    shared = [line for name, part in SHARED_PARTS.items()
+              for line in (f"{MARKER}{name}", *parts.get(part, []), "")]
+    return [*lines, *shared]
 
-    # What it reads that other facts read too: an operation that changes one of these
-    # changes this fact (gpunode.facts.cache.FactChange).
-    includes = (AptHolds, InstalledKernels, InstalledPackages, NvidiaDriverVersion, NvidiaSmi,
-                PveVersionFact, ProxmoxBootTool, SystemdStatus, SystemdEnabled)
+
+class AuditFacts(FactBase):
+    """IOMMU, NVLink, topology, Proxmox's containers ... read in one command (see the module
+    docstring); parsed, with the snapshot's shared parts, into AuditExtras."""
 
     @staticmethod
     def default() -> AuditExtras:
         return AuditExtras()
 
-    borrows = LENDERS  # read once in a bundle that has these reads (facts.bundle)
-
-    def command(self, borrowed: list[str] | None = None) -> str:
-        return audit_command(borrowed or ())
+    def command(self) -> str:
+        return AUDIT_COMMAND
 
     def process(self, output: list[str]) -> AuditExtras:
         return parse_audit_sections("\n".join(output))

@@ -1,0 +1,404 @@
+"""The snapshot: the live node read once, in one remote command, into one typed object.
+
+Step 2 of the flow (docs/design.md): profile -> **snapshot** -> plan -> commands -> read-back.
+
+A deploy says what its roles need (`Needs`: plain paths, units, packages and a few flags, each
+role's `needs(profile)`), and `read_node()` reads all of it in one command (`NodeRead`: each
+part's own command between markers, each parsed by its own pure parser) into a `Snapshot`.
+Every operation of the run plans from that snapshot (`node()`), in the dry run and in the
+apply alike, so both say the same. The node is read again only where it really changed under
+the run: after an operation that installs packages or reboots (it yields `node_changed()`),
+and for the final verify when anything changed.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from pyinfra import host
+from pyinfra.api import FactBase, FunctionCommand, StringCommand
+from pyinfra.facts.files import FileContents
+
+from gpunode.facts.apt import AptCandidates, AptHolds
+from gpunode.facts.audit import (
+    NVIDIA_PACKAGE_PATTERNS,
+    AuditExtras,
+    AuditFacts,
+    IommuState,
+    audit_text,
+)
+from gpunode.facts.bandwidth import BandwidthResults
+from gpunode.facts.cmdline import CmdlineState, KernelCmdline
+from gpunode.facts.containers import ContainerState
+from gpunode.facts.cpu import CpuPower, CpuState
+from gpunode.facts.dpkg import InstalledPackages
+from gpunode.facts.gpu_details import GpuDetails, NvlinkGpu, UnitState
+from gpunode.facts.gpu_topology import GpuTopology
+from gpunode.facts.kernel_params import KernelParams, KernelParamsState
+from gpunode.facts.kernels import InstalledKernels, KernelPackages
+from gpunode.facts.nvidia import NvidiaDriverVersion, NvidiaSmi, NvidiaSmiReport
+from gpunode.facts.nvidia_modules import NvidiaKernelModule, NvidiaModuleState
+from gpunode.facts.owned import (
+    DirEntries,
+    FileState,
+    KeptOriginals,
+    NodeState,
+    OwnedFiles,
+    RecordedState,
+)
+from gpunode.facts.pcie import PcieDevice, PcieDevices, PciPaths
+from gpunode.facts.pcie_refusals import MaxReadReqRefusals
+from gpunode.facts.proxmox import ProxmoxBootInfo, ProxmoxBootTool, PveVersion, PveVersionFact
+from gpunode.facts.sections import fact_data
+from gpunode.facts.systemd import SystemdUnits, Unit, parse_units
+from gpunode.pyinfra_adapter import diff_requested, operation_results, run_store, unproxied
+
+Paths = tuple[str, ...]
+
+
+def _union(a: tuple, b: tuple) -> tuple:
+    return tuple(sorted({*a, *b}, key=repr))
+
+
+class Part(BaseModel):
+    """A role's own read (a fact only that role knows: Proxmox's container configs, ...):
+    its value is the Snapshot's parts[name]."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    name: str
+    fact: type[FactBase]
+    kwargs: tuple[tuple[str, Any], ...] = ()
+
+    def __repr__(self) -> str:
+        return f"Part({self.name})"
+
+
+class Needs(BaseModel):
+    """What a run reads: the union of what its roles need (a role's `needs(profile)`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    sysctl_keys: Paths = ()
+    modules: Paths = ()
+    files: Paths = ()
+    """Hash, mode and owner of each path (the files gpunode owns, their originals)."""
+    contents: Paths = ()
+    """Whole text of each path (undo's edited files; every owned file under --diff)."""
+    originals: Paths = ()
+    """Whether the original of each path was kept (or recorded as absent)."""
+    folders: Paths = ()
+    """The names in each folder (None: not a folder)."""
+    units: Paths = ()
+    packages: Paths = ()
+    """dpkg-query patterns: installed package -> version."""
+    candidates: Paths = ()
+    """Packages whose installation candidate apt is asked for (when one is missing)."""
+    holds: bool = False
+    kernels: bool = False
+    """Running and installed kernels, pveversion, proxmox-boot-tool."""
+    nvidia: bool = False
+    """nvidia-smi -q -x and the loaded driver's version."""
+    nvidia_module: bool = False
+    record: bool = False
+    """gpunode's state.json (what the node was before its first apply)."""
+    audit: bool = False
+    """Everything the audit checks beyond the tuning (AuditFacts)."""
+    parts: tuple[Part, ...] = ()
+
+    def __or__(self, other: Needs) -> Needs:
+        merged: dict[str, Any] = {}
+        for name in type(self).model_fields:
+            mine, theirs = getattr(self, name), getattr(other, name)
+            merged[name] = (mine or theirs) if isinstance(mine, bool) else _union(mine, theirs)
+        return Needs(**merged)
+
+
+def combined(needs: list[Needs]) -> Needs:
+    total = Needs()
+    for part in needs:
+        total = total | part
+    return total
+
+
+class Snapshot(BaseModel):
+    """The live values of one node. Parts a run did not need keep their empty default (the
+    audit's parts: None = not read)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    cmdline: CmdlineState = CmdlineState(booted=[], booted_text="")
+    cpu: CpuState = CpuState()
+    kernel: KernelParamsState = KernelParamsState()
+    pcie: list[PcieDevice] = []
+    mrrs_refused: dict[str, int] = {}
+    pci_paths: dict[str, list[str]] | None = None
+    """{bdf: upstream bridges, root first} from sysfs."""
+    files: dict[str, FileState | None] = {}
+    contents: dict[str, list[str] | None] = {}
+    originals: dict[str, str | None] = {}
+    folders: dict[str, list[str]] = {}
+    units: dict[str, Unit] = {}
+    packages: dict[str, str] = {}
+    candidates: dict[str, str | None] = {}
+    holds: list[str] = []
+    recorded: NodeState | None = None
+    nvidia: NvidiaSmiReport | None = None
+    driver_loaded: str | None = None
+    """Version of the loaded nvidia kernel module (/proc/driver/nvidia/version)."""
+    nvidia_module: NvidiaModuleState | None = None
+    kernels: KernelPackages | None = None
+    pve: PveVersion | None = None
+    boot_tool: ProxmoxBootInfo | None = None
+
+    # The audit's parts (AuditFacts).
+    iommu: IommuState | None = None
+    gpu_details: dict[str, GpuDetails] = {}
+    nvlink: list[NvlinkGpu] | None = None
+    driver_open: bool | None = None
+    """The loaded module is the open flavour (None: no module loaded)."""
+    module_installed_flavour: str | None = None
+    """Flavour of the module `modinfo nvidia` finds ("open"/"proprietary")."""
+    driver_packages: dict[str, str] | None = None
+    persistenced: UnitState | None = None
+    topology: GpuTopology | None = None
+    boot_pinned: str | None = None
+    """proxmox-boot-tool's pinned kernel."""
+    bandwidth: BandwidthResults | None = None
+    """Measured by the audit's active mode (None: not measured)."""
+    containers: list[ContainerState] | None = None
+    """None where pct is missing (not Proxmox) or the audit's parts were not read."""
+    parts: dict[str, Any] = {}
+    """The roles' own reads (Needs.parts) by name; a part that could not be read is absent."""
+
+    def folder_exists(self, path: str) -> bool:
+        return path in self.folders
+
+    def unit(self, name: str) -> Unit:
+        return self.units.get(name) or Unit()
+
+    def file(self, path: str) -> FileState | None:
+        return self.files.get(path)
+
+
+# --- the one command ----------------------------------------------------------------------
+
+SYSTEMD_RUNTIME = "/run/systemd/system"
+"""Exists only when systemd is PID 1 (sd_booted)."""
+
+def sections(needs: Needs) -> dict[str, tuple[type[FactBase], dict[str, Any]]]:
+    """Each part the read holds: name -> (the fact whose command and parser it uses, its
+    arguments). Always the node's tuning state; the rest as the needs say."""
+    parts: dict[str, tuple[type[FactBase], dict[str, Any]]] = {
+        "cmdline": (KernelCmdline, {}),
+        "cpu": (CpuPower, {}),
+        "kernel": (KernelParams, {"sysctl_keys": list(needs.sysctl_keys),
+                                  "modules": list(needs.modules)}),
+        "pcie": (PcieDevices, {}),
+        "mrrs_refused": (MaxReadReqRefusals, {}),
+        "pci_paths": (PciPaths, {}),
+        "folders": (DirEntries, {"paths": [SYSTEMD_RUNTIME, *needs.folders]}),
+    }
+    optional: list[tuple[bool, str, type[FactBase], dict[str, Any]]] = [
+        (bool(needs.files), "files", OwnedFiles, {"paths": list(needs.files)}),
+        (bool(needs.originals), "originals", KeptOriginals, {"paths": list(needs.originals)}),
+        (bool(needs.units), "units", SystemdUnits, {"services": list(needs.units)}),
+        (bool(needs.packages), "packages", InstalledPackages, {"patterns": list(needs.packages)}),
+        (bool(needs.candidates), "candidates", AptCandidates,
+         {"packages": list(needs.candidates)}),
+        (needs.holds, "holds", AptHolds, {}),
+        (needs.record, "recorded", RecordedState, {}),
+        (needs.nvidia or needs.audit, "nvidia", NvidiaSmi, {}),
+        (needs.nvidia or needs.audit, "driver_loaded", NvidiaDriverVersion, {}),
+        (needs.nvidia_module, "nvidia_module", NvidiaKernelModule, {}),
+        (needs.kernels or needs.audit, "kernels", InstalledKernels, {}),
+        (needs.kernels or needs.audit, "pve", PveVersionFact, {}),
+        (needs.kernels, "boot_tool", ProxmoxBootTool, {}),
+        (needs.audit, "driver_packages", InstalledPackages,
+         {"patterns": NVIDIA_PACKAGE_PATTERNS}),
+        (needs.audit, "audit", AuditFacts, {}),
+    ]
+    parts.update({name: (fact, kwargs) for wanted, name, fact, kwargs in optional if wanted})
+    parts.update({f"contents:{path}": (FileContents, {"path": path}) for path in needs.contents})
+    parts.update({f"part:{part.name}": (part.fact, dict(part.kwargs)) for part in needs.parts})
+    return parts
+
+
+BEGIN = "@@gpunode-read:begin:"
+END = "@@gpunode-read:end:"
+MISSING_COMMAND = "@@gpunode-read:missing-command"
+
+
+def _call(attribute: Any, kwargs: dict[str, Any]) -> Any:
+    return attribute(**kwargs) if callable(attribute) else attribute
+
+
+def section_command(name: str, fact: type[FactBase], kwargs: dict[str, Any]) -> StringCommand:
+    """Begin marker, the fact's own command (guarded by its requires_command as pyinfra guards
+    it; stderr dropped), then an end marker with its exit status."""
+    instance = fact()
+    command = _call(instance.command, kwargs)
+    required = _call(instance.requires_command, kwargs)
+    body = StringCommand("(", command, ")") if not required else StringCommand(
+        "if", "command", "-v", required, ">/dev/null", "2>&1;", "then", "(", command, ");",
+        "else", "echo", f"'{MISSING_COMMAND}';", "fi")
+    return StringCommand(f"echo {shlex.quote(BEGIN + name)};", "{", body, "2>/dev/null;", "}",
+                         f"; s=$?; printf '\\n{END}%s\\n' \"$s\"")
+
+
+def split_sections(lines: list[str]) -> dict[str, tuple[int, list[str]]]:
+    """Output lines of NodeRead -> name -> (exit status, lines); unterminated parts dropped."""
+    found: dict[str, tuple[int, list[str]]] = {}
+    name: str | None = None
+    body: list[str] = []
+    for line in lines:
+        if line.startswith(BEGIN):
+            name, body = line[len(BEGIN):], []
+        elif line.startswith(END) and name is not None:
+            if body and body[-1] == "":  # the printf's newline
+                body = body[:-1]
+            found[name] = (int(line[len(END):] or 1), body)
+            name = None
+        elif name is not None:
+            body.append(line)
+    return found
+
+
+_NO_VALUE = object()
+
+
+def section_value(fact: type[FactBase], kwargs: dict[str, Any], status: int,
+                  lines: list[str]) -> Any:
+    """What host.get_fact(fact, **kwargs) returns for this output (_NO_VALUE: it failed)."""
+    instance = fact()
+    if status != 0:
+        return _NO_VALUE
+    if not lines or lines == [MISSING_COMMAND]:
+        return instance.default()
+    _call(instance.command, kwargs)  # some facts keep their arguments for process()
+    try:
+        return instance.process(lines)
+    except Exception:  # noqa: BLE001 - a part that can't be parsed is a part not read
+        return _NO_VALUE
+
+
+def snapshot_values(needs: Needs, lines: list[str]) -> dict[str, Any]:
+    """The NodeRead output as the Snapshot's fields."""
+    parts = sections(needs)
+    raw = split_sections(lines)
+    values: dict[str, Any] = {}
+    for name, (fact, kwargs) in parts.items():
+        status, body = raw.get(name, (1, []))
+        if name == "audit":
+            body = audit_text(body, {other: raw.get(other, (1, []))[1] for other in raw})
+        value = section_value(fact, kwargs, status, body)
+        if value is not _NO_VALUE and value is not None:  # None: the Snapshot's default
+            values[name] = value
+    return shaped(values)
+
+
+def shaped(values: dict[str, Any]) -> dict[str, Any]:
+    """The parts' values under the Snapshot's field names."""
+    out = {name: value for name, value in values.items()
+           if name not in ("audit", "units") and ":" not in name}
+    for prefix in ("contents", "part"):
+        out["parts" if prefix == "part" else prefix] = {
+            name.split(":", 1)[1]: value for name, value in values.items()
+            if name.startswith(f"{prefix}:")}
+    if "units" in values:
+        out["units"] = parse_units(values["units"])
+    if "audit" in values:
+        extras: AuditExtras = values["audit"]
+        out.update(extras.snapshot_fields())
+    return out
+
+
+class NodeRead(FactBase):
+    """Everything the needs name, in one command (see sections()); a `Snapshot`."""
+
+    @staticmethod
+    def default() -> Snapshot:
+        return Snapshot()
+
+    def command(self, needs: Needs | None = None) -> StringCommand:
+        # pyinfra calls command() then process() on one instance (as its Sha1File does)
+        self.needs = needs or Needs()
+        parts = sections(self.needs)
+        return StringCommand(*[piece for name, (fact, kwargs) in parts.items()
+                               for piece in (section_command(name, fact, kwargs), ";")], "true")
+
+    def process(self, output: list[str]) -> Snapshot:
+        return Snapshot.model_validate(snapshot_values(getattr(self, "needs", Needs()), output))
+
+
+# --- the run's snapshot of each host -------------------------------------------------------
+
+_STORE = "_gpunode_snapshots"
+
+
+class _Held:
+    """A host's snapshot in this run, the needs it was read with, and whether it is stale."""
+
+    def __init__(self, needs: Needs, snapshot: Snapshot) -> None:
+        self.needs, self.snapshot, self.stale = needs, snapshot, False
+
+
+def _held() -> _Held | None:
+    return run_store(_STORE).get(host.name)
+
+
+def _read(needs: Needs) -> Snapshot:
+    value = host.get_fact(NodeRead, needs=needs)
+    snapshot = value if isinstance(value, Snapshot) else Snapshot.model_validate(
+        fact_data(value) or {})
+    run_store(_STORE)[host.name] = _Held(needs, snapshot)
+    return snapshot
+
+
+def read_node(needs: Needs) -> Snapshot:
+    """The current host's snapshot for these needs: read in one command, unless this run
+    already holds one that covers them and nothing made it stale. Under --diff every owned
+    file's text is read too (the diff's old side)."""
+    if diff_requested():
+        needs = needs | Needs(contents=needs.files)
+    held = _held()
+    if held is not None and not held.stale and (held.needs | needs) == held.needs:
+        return held.snapshot
+    return _read(needs if held is None else held.needs | needs)
+
+
+def node() -> Snapshot:
+    """The current host's snapshot: the run's (read again when stale), or, outside a gpunode
+    deploy (an operation test), the NodeRead fact as given."""
+    held = _held()
+    if held is None:
+        value = host.get_fact(NodeRead)
+        return value if isinstance(value, Snapshot) else Snapshot.model_validate(
+            fact_data(value) or {})
+    if held.stale:
+        return _read(held.needs)
+    return held.snapshot
+
+
+def mark_stale(state: Any, host: Any) -> bool:
+    """The host's snapshot is out of date: its next node() reads the node again."""
+    held = run_store(_STORE).get(host.name)
+    if held is not None:
+        held.stale = True
+    return True
+
+
+def node_changed() -> FunctionCommand:
+    """Yield it after commands that change what the snapshot holds beyond the operation's own
+    setting (a package install, a reboot): the next node() reads the node again."""
+    return FunctionCommand(mark_stale, (), {})
+
+
+def changed_in_this_run() -> bool:
+    """Did any operation of this run change the current host?"""
+    from gpunode.pyinfra_adapter import current_state
+
+    changed, _, _ = operation_results(current_state(), unproxied(host))
+    return bool(changed)
