@@ -47,8 +47,10 @@ from gpunode.facts.gpu_details import (
     parse_nvlink_status,
     parse_unit_state,
 )
+from gpunode.facts.gpu_numa import GPU_NUMA_COMMAND, parse_gpu_numa
 from gpunode.facts.gpu_topology import GpuTopology, parse_gpu_topology
 from gpunode.facts.kernels import KernelPackages, parse_installed_kernels
+from gpunode.facts.lxc import parse_pct_list, parse_pve_lxc_config_fact
 from gpunode.facts.nvidia import (
     NvidiaSmiReport,
     nvidia_module_is_open,
@@ -68,8 +70,6 @@ from gpunode.facts.sections import (
     section_command,
     split_sections,
 )
-from gpunode.roles.lxc_gpu.facts import parse_pct_list, parse_pve_lxc_config_fact
-from gpunode.roles.lxc_gpu.numa import GPU_NUMA_COMMAND, parse_gpu_numa
 
 __all__ = [
     "AUDIT_COMMAND",
