@@ -9,8 +9,6 @@ pyproject.toml), so an upgrade that changes one fails there and not in a deploy:
   reuse pyinfra's own operation inside a gpunode operation (pyinfra refuses nested calls);
 - ``is_executing`` / ``in_execute_stage``: whether the run is executing (``State.is_executing``,
   set by pyinfra's run_ops) or the CLI reached its execute stage (``State.current_stage``);
-- ``operation_changed``: whether a finished operation changed its host
-  (``state.ops[host][op_hash].operation_meta``);
 - ``operation_results``: what the operations finished so far did on a host (changed, unchanged,
   failed; ``state.get_op_order()``, ``state.ops[host]``, ``state.get_op_meta(op_hash).names``);
 - ``current_state`` / ``run_store`` / ``stored``: the State of this run (``ctx_state``) and a
@@ -21,8 +19,6 @@ pyproject.toml), so an upgrade that changes one fails there and not in a deploy:
   other hosts go on, and the run exits 1);
 - ``diff_requested`` / ``color_diff``: ``--diff`` (``Config.DIFF``) and pyinfra's coloured
   unified diff (``pyinfra.operations.util.files.generate_color_diff``);
-- ``StateCallback``: the base class of a state callback handler (``add_callback_handler``);
-- ``current_op_hash``: the operation whose generator runs now (``Host.current_op_hash``);
 - ``checks_for_changes``: whether this run detects changes before executing (``--dry`` and
   the interactive run) or executes at once (``-y``) (``State.check_for_changes``);
 - ``fit_cli_tables``: the pyinfra CLI's "Detected changes" and "Results" tables fitted to
@@ -50,17 +46,15 @@ from pyinfra import state as _state_proxy
 from pyinfra.api import deploy as _pyinfra_deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.api.host import Host
-from pyinfra.api.state import BaseStateCallback, State, StateStage
+from pyinfra.api.state import State, StateStage
 from pyinfra.connectors.util import clear_askpass_cache
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra.operations.util.files import generate_color_diff
 
 __all__ = [
-    "StateCallback",
     "checks_for_changes",
     "color_diff",
     "current_host",
-    "current_op_hash",
     "current_state",
     "deploy",
     "diff_requested",
@@ -72,14 +66,12 @@ __all__ = [
     "in_execute_stage",
     "inner_commands",
     "is_executing",
-    "operation_changed",
     "operation_results",
     "run_store",
     "stored",
     "unproxied",
 ]
 
-StateCallback = BaseStateCallback
 F = TypeVar("F", bound=Callable[..., None])
 
 
@@ -104,21 +96,6 @@ def is_executing() -> bool:
 def in_execute_stage() -> bool:
     """True once the pyinfra CLI reached its execute stage (after change detection)."""
     return _state_proxy.current_stage >= StateStage.Execute
-
-
-def operation_changed(state: Any, host: Any, op_hash: str) -> bool:
-    """Whether the operation op_hash changed host; True when pyinfra can't say (not complete,
-    or an unknown shape): a caller that caches must never serve a stale value."""
-    try:
-        meta = state.ops[host][op_hash].operation_meta
-        return not meta.is_complete() or bool(meta.did_change())
-    except Exception:  # noqa: BLE001 - unknown shape: assume it changed
-        return True
-
-
-def current_op_hash() -> str | None:
-    """The hash of the operation whose generator runs on the current host (None outside)."""
-    return getattr(ctx_host.get(), "current_op_hash", None) if ctx_host.isset() else None
 
 
 def checks_for_changes() -> bool:
@@ -289,7 +266,7 @@ def fail_host(host: Any) -> None:
 def diff_requested() -> bool:
     """True when the run shows file diffs (``--diff``); False outside a run."""
     state = current_state()
-    return bool(state is not None and getattr(state.config, "DIFF", False))
+    return bool(getattr(getattr(state, "config", None), "DIFF", False))
 
 
 def color_diff(old_lines: Sequence[str], new_lines: Sequence[str]) -> list[str]:

@@ -29,19 +29,16 @@ detection; --dry exits 0.
 from pyinfra import host, state
 from pyinfra.api.exceptions import PyinfraError
 
-from gpunode.facts.cache import prefetch
 from gpunode.profile.loader import profiles_of_run
 from gpunode.pyinfra_adapter import fit_cli_tables
 from gpunode.roles.audit.report import active_timeout, report_formats
 from gpunode.roles.audit.run import audit_node
-from gpunode.roles.audit.snapshot import AUDIT_READ, snapshot_reads
 
 
 def audit() -> None:
     """The read-only readiness report of this host (options: host data report, report_dir)."""
     fit_cli_tables()  # pyinfra's tables within 100 columns
     profile = profiles_of_run(state.inventory)[host.name]
-    prefetch([*snapshot_reads(profile).values(), AUDIT_READ])
 
     try:
         formats = report_formats(host.data.get("report"))

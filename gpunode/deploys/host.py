@@ -3,24 +3,24 @@ driver, no reboot), then the read-back."""
 
 from pyinfra import host, state
 
-from gpunode.facts.cache import prefetch
+from gpunode.facts.snapshot import combined, read_node
 from gpunode.ops.preflight import refuse_host
 from gpunode.profile.loader import profiles_of_run
 from gpunode.pyinfra_adapter import fit_cli_tables
-from gpunode.roles.audit.verify import verify_node, verify_prefetch
+from gpunode.roles import gpu_runtime as gpu_runtime_role
+from gpunode.roles import host_tuning as host_tuning_role
+from gpunode.roles.audit import verify
 from gpunode.roles.gpu_runtime import (
     PERSISTENCED_UNIT,
     gpu_runtime,
     gpu_runtime_problems,
-    gpu_runtime_reads,
 )
 from gpunode.roles.host_tuning import (
     BOOT_UNIT,
     host_tuning,
     host_tuning_problems,
-    host_tuning_reads,
 )
-from gpunode.roles.undo import record_reads, record_state
+from gpunode.roles.undo import record_needs, record_state
 
 
 def host_tuning_only() -> None:
@@ -29,8 +29,8 @@ def host_tuning_only() -> None:
     fit_cli_tables()  # pyinfra's tables within 100 columns
     profile = profiles_of_run(state.inventory)[host.name]
     record = (sorted(profile.sysctls), profile.modules, BOOT_UNIT, [PERSISTENCED_UNIT])
-    prefetch([*record_reads(*record), *host_tuning_reads(profile), *gpu_runtime_reads(profile),
-              *verify_prefetch(profile)])
+    read_node(combined([record_needs(*record), host_tuning_role.needs(profile),
+                        gpu_runtime_role.needs(profile), verify.needs(profile)]))
     gpu_runtime_problems(host.name, profile)  # refuses before any change
     if refuse_host(host_tuning_problems()):
         return
@@ -38,4 +38,4 @@ def host_tuning_only() -> None:
     record_state(*record)
     host_tuning(profile)
     gpu_runtime(profile)
-    verify_node(name="Verify the live node against the profile", profile=profile)
+    verify.verify_node(name="Verify the live node against the profile", profile=profile)

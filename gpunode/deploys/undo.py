@@ -17,19 +17,17 @@ lines, devN keys, [pve:pending] and snapshot sections stay, the old file is kept
 from pyinfra import host, state
 
 from gpunode.deploys.containers import containers_undo
-from gpunode.facts.bundle import FactRead
-from gpunode.facts.cache import prefetch
 from gpunode.facts.cmdline import GPUNODE_GRUB_DROPIN
-from gpunode.ops.state import recorded_state
+from gpunode.facts.snapshot import Needs, read_node
 from gpunode.profile.loader import profiles_of_run
 from gpunode.profile.node import NodeProfile
 from gpunode.profile.sysctls import BEST_EFFORT_SYSCTLS
 from gpunode.pyinfra_adapter import fit_cli_tables
 from gpunode.roles.gpu_runtime import PERSISTENCED_UNIT
 from gpunode.roles.host_tuning import BOOT_UNIT, BOOT_UNIT_FILE, OWNED_FILES, SYSTEMD_MEMLOCK_FILE
-from gpunode.roles.lxc_gpu.record import LxcGpuRecords
+from gpunode.roles.lxc_gpu.record import record_needs as lxc_record_needs
 from gpunode.roles.nvidia_driver import NVIDIA_PATTERNS, PREFERENCES_FILE
-from gpunode.roles.undo import UndoTargets, undo_node, undo_reads
+from gpunode.roles.undo import UndoTargets, undo_needs, undo_node
 from gpunode.roles.verify_timer import METRICS_FILE_NAME, UNIT_DIR, VERIFY_TIMER
 from gpunode.roles.verify_timer import OWNED_FILES as VERIFY_FILES
 
@@ -65,7 +63,9 @@ def undo() -> None:
     fit_cli_tables()  # pyinfra's tables within 100 columns
     profile = profiles_of_run(state.inventory)[host.name]
     targets = undo_targets(profile)
-    recorded_state()  # read first: its sysctl keys name the next reads
-    prefetch([*undo_reads(targets), FactRead(LxcGpuRecords)])
+    needs = undo_needs(targets, sorted(profile.sysctls)) | lxc_record_needs()
+    recorded = read_node(needs).recorded
+    if recorded is not None:  # a record of keys the profile no longer sets: read those too
+        read_node(needs | Needs(sysctl_keys=tuple(recorded.sysctls)))
     containers_undo()
     undo_node(targets)

@@ -68,7 +68,3 @@ class AptCandidates(FactBase):
     def process(self, output: list[str]) -> dict[str, str | None]:
         return parse_apt_cache_policy("\n".join(output))
 
-    @staticmethod
-    def answers(cached: dict, wanted: dict) -> bool:
-        """A read of more packages answers a read of some of them."""
-        return set(wanted.get("packages", [])) <= set(cached.get("packages", []))

@@ -151,12 +151,5 @@ class KernelParams(FactBase):
     def command(self, sysctl_keys: list[str], modules: list[str]) -> str:
         return kernel_params_command(sysctl_keys, modules)
 
-    @staticmethod
-    def answers(cached: dict, wanted: dict) -> bool:
-        """A read of more sysctl keys and modules answers one of fewer (gpunode.facts.cache):
-        its values hold every key and module the narrower read asks about."""
-        return (set(wanted.get("sysctl_keys", [])) <= set(cached.get("sysctl_keys", []))
-                and set(wanted.get("modules", [])) <= set(cached.get("modules", [])))
-
     def process(self, output: list[str]) -> KernelParamsState:
         return parse_kernel_params("\n".join(output))

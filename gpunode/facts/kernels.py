@@ -28,7 +28,7 @@ import re
 from pydantic import Field
 from pyinfra.api import FactBase
 
-from gpunode.facts.apt import HOLDS_COMMAND, AptHolds
+from gpunode.facts.apt import HOLDS_COMMAND
 
 from .debversion import version_key
 from .sections import FactModel
@@ -180,7 +180,6 @@ def parse_installed_kernels(text: str) -> KernelPackages:
 class InstalledKernels(FactBase):
     """Running kernel, installed kernel packages and apt holds in one command."""
 
-    includes = (AptHolds,)  # a change to the holds changes this fact (facts.cache)
 
     @staticmethod
     def default() -> KernelPackages:

@@ -119,8 +119,6 @@ class OwnedFiles(FactBase):
         return {path: (state.to_json() if state else None)
                 for path, state in parse_file_states("\n".join(output)).items()}
 
-    merged_by = "paths"  # reads of a few paths each share one read (facts.cache)
-
 
 def file_state(value: Any, path: str) -> FileState | None:
     """The FileState of path from an OwnedFiles value (fixtures give plain dicts)."""
@@ -182,8 +180,6 @@ class KeptOriginals(FactBase):
                 kept[path] = None if kind == "none" else kind
         return kept
 
-    merged_by = "paths"
-
 
 def ancestors(path: str) -> list[str]:
     """path and each folder above it, nearest first, without '/'."""
@@ -217,5 +213,3 @@ class DirEntries(FactBase):
                 if name != ".":  # '.': the folder itself (a line can't end in a tab)
                     entries[path].append(name)
         return entries
-
-    merged_by = "paths"

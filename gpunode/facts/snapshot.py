@@ -53,7 +53,13 @@ from gpunode.facts.pcie_refusals import MaxReadReqRefusals
 from gpunode.facts.proxmox import ProxmoxBootInfo, ProxmoxBootTool, PveVersion, PveVersionFact
 from gpunode.facts.sections import fact_data
 from gpunode.facts.systemd import SystemdUnits, Unit, parse_units
-from gpunode.pyinfra_adapter import diff_requested, operation_results, run_store, unproxied
+from gpunode.pyinfra_adapter import (
+    current_state,
+    diff_requested,
+    operation_results,
+    run_store,
+    unproxied,
+)
 
 Paths = tuple[str, ...]
 
@@ -129,7 +135,7 @@ class Snapshot(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    cmdline: CmdlineState = CmdlineState(booted=[], booted_text="")
+    cmdline: CmdlineState = CmdlineState()
     cpu: CpuState = CpuState()
     kernel: KernelParamsState = KernelParamsState()
     pcie: list[PcieDevice] = []
@@ -345,15 +351,20 @@ class _Held:
         self.needs, self.snapshot, self.stale = needs, snapshot, False
 
 
+def _store() -> dict[str, _Held]:
+    """The run's snapshots by host (none kept outside a pyinfra state)."""
+    return run_store(_STORE) if current_state() is not None else {}
+
+
 def _held() -> _Held | None:
-    return run_store(_STORE).get(host.name)
+    return _store().get(host.name)
 
 
 def _read(needs: Needs) -> Snapshot:
     value = host.get_fact(NodeRead, needs=needs)
     snapshot = value if isinstance(value, Snapshot) else Snapshot.model_validate(
         fact_data(value) or {})
-    run_store(_STORE)[host.name] = _Held(needs, snapshot)
+    _store()[host.name] = _Held(needs, snapshot)
     return snapshot
 
 
@@ -384,7 +395,7 @@ def node() -> Snapshot:
 
 def mark_stale(state: Any, host: Any) -> bool:
     """The host's snapshot is out of date: its next node() reads the node again."""
-    held = run_store(_STORE).get(host.name)
+    held = _store().get(host.name)
     if held is not None:
         held.stale = True
     return True
@@ -398,7 +409,5 @@ def node_changed() -> FunctionCommand:
 
 def changed_in_this_run() -> bool:
     """Did any operation of this run change the current host?"""
-    from gpunode.pyinfra_adapter import current_state
-
     changed, _, _ = operation_results(current_state(), unproxied(host))
     return bool(changed)

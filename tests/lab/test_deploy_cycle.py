@@ -150,12 +150,12 @@ def test_1b_audit_reports_every_failing_host_of_a_fleet(cycle, tmp_path):
     assert live_state(cycle["vm"], cycle["profile"]) == cycle["fresh"]
 
 
-BUNDLE = "gpunode.facts.bundle.FactBundle"
+BUNDLE = "gpunode.facts.snapshot.NodeRead"
 
 
 def test_2_apply_sets_live_values_and_reports_refused_maxreadreq(cycle):
-    """The first converge reads the node twice: the prefetch, and the verify's read-back of
-    what the operations changed (no fact read on its own, none twice before the verify)."""
+    """The first converge reads the node twice: the deploy's snapshot, and the verify's second
+    snapshot of what the operations changed (no fact read on its own, none twice before)."""
     vm, profile = cycle["vm"], cycle["profile"]
     run = run_pyinfra(SITE, "-y", "-v")
     assert run.returncode == 0, run.log
@@ -224,8 +224,8 @@ def test_4_reboot_allowed_applies_cmdline_and_boot_unit_reapplies(cycle):
 
 
 def test_5_rerun_changes_nothing(cycle):
-    """Zero changes, and the converged node is read in one remote command (the prefetch
-    bundle, which holds the verify's reads too: nothing changed, so nothing is read again)."""
+    """Zero changes, and the converged node is read in one remote command (the deploy's
+    snapshot, which holds the verify's parts too: nothing changed, so nothing is read again)."""
     run = run_pyinfra(SITE, "-y", "-v", env={"GPUNODE_LAB_REBOOT": "1"})
     assert run.returncode == 0, run.log
     assert run.changed() == []

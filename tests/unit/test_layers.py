@@ -111,5 +111,5 @@ def test_the_check_finds_an_upward_import():
     """The rule bites: an operation importing a role, a parser importing an operation."""
     assert layer("gpunode.roles.container.ops")[0] > layer("gpunode.ops.apt")[0]
     assert layer("gpunode.ops.apt")[0] > layer("gpunode.facts.dpkg")[0]
-    assert layer("gpunode.facts.cache")[0] > layer("gpunode.pyinfra_adapter")[0]
+    assert layer("gpunode.facts.snapshot")[0] > layer("gpunode.pyinfra_adapter")[0]
     assert "gpunode.facts.pve_config" in imports("gpunode.roles.lxc_gpu.ops")

@@ -72,27 +72,6 @@ def test_execution_flag_and_stage(local):
     assert seen == {"detect": False, "run": True}
 
 
-def test_operation_changed_reads_the_operation_meta(local):
-    state, host = local
-
-    @operation()
-    def changes():
-        yield StringCommand("true")
-
-    @operation()
-    def converged():
-        host.noop("nothing to do")
-        yield from ()
-
-    with ctx_state.use(state):
-        changed = add_op(state, changes)[host]
-        unchanged = add_op(state, converged)[host]
-        assert adapter.operation_changed(state, host, "no-such-hash") is True
-        run_ops(state)
-    assert adapter.operation_changed(state, host, changed._hash) is True
-    assert adapter.operation_changed(state, host, unchanged._hash) is False
-
-
 def test_operation_results_counts_changed_unchanged_and_failed(local):
     state, host = local
 
@@ -116,25 +95,6 @@ def test_operation_results_counts_changed_unchanged_and_failed(local):
         add_op(state, breaks, name="Fails", _ignore_errors=True)
         run_ops(state)
     assert adapter.operation_results(state, host) == (["Write a file"], 1, ["Fails"])
-
-
-def test_state_callback_hears_each_operation(local):
-    state, host = local
-    heard: list[str] = []
-
-    class Listener(adapter.StateCallback):
-        def operation_host_success(self, state, host, op_hash, retry_count=0):
-            heard.append(op_hash)
-
-    @operation()
-    def changes():
-        yield StringCommand("true")
-
-    state.add_callback_handler(Listener())
-    with ctx_state.use(state):
-        meta = add_op(state, changes)[host]
-        run_ops(state)
-    assert heard == [meta._hash]
 
 
 def test_run_store_lives_on_the_real_state(local):

@@ -21,11 +21,12 @@ What it changes and why:
 
 from __future__ import annotations
 
+from gpunode.facts.snapshot import read_node
 from gpunode.ops.apt import apt_hold
 from gpunode.ops.nvidia_pin import nvidia_pin
 from gpunode.pyinfra_adapter import deploy
 from gpunode.roles.container.defaults import ContainerSettings
-from gpunode.roles.container.ops import nvidia_userspace, verify_container
+from gpunode.roles.container.ops import needs, nvidia_userspace, verify_container
 
 __all__ = ["container_driver"]
 
@@ -44,6 +45,7 @@ def container_driver(
     """
     settings = settings or ContainerSettings()
     packages = list(settings.nvidia_packages)
+    read_node(needs(packages))
     nvidia_pin(host_driver_version)
     nvidia_userspace(
         name=f"Install NVIDIA userspace {host_driver_version} (no kernel module)",

@@ -15,16 +15,24 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import OperationError, operation
 
-from gpunode.facts.cache import cached_fact
-from gpunode.facts.dpkg import InstalledPackages
 from gpunode.facts.sections import fact_data
+from gpunode.facts.snapshot import Needs, Part, changed_in_this_run, mark_stale, node
 from gpunode.ops.apt import checked_apt_update
 from gpunode.ops.changes import log_wrapped
+from gpunode.ops.nvidia_pin import PREFERENCES_FILE
 from gpunode.profile.check import summary_lines
-from gpunode.pyinfra_adapter import is_executing
+from gpunode.pyinfra_adapter import current_state, is_executing
 from gpunode.roles.container.defaults import DEFAULT_PACKAGES
 from gpunode.roles.container.facts import AptVersions, ContainerGpuState
 from gpunode.roles.container.plan import container_checks, install_command, userspace_plan
+
+
+def needs(packages: list[str]) -> Needs:
+    """What the container role reads: the userspace packages, installed and offered, the
+    holds, the pin file, and what nvidia-smi and ulimit say inside."""
+    return Needs(packages=tuple(packages), holds=True, files=(PREFERENCES_FILE,), parts=(
+        Part(name="apt_versions", fact=AptVersions, kwargs=(("packages", tuple(packages)),)),
+        Part(name="container_gpu", fact=ContainerGpuState)))
 
 
 @operation()
@@ -43,8 +51,8 @@ def nvidia_userspace(version: str, packages: list[str], container: str = ""):
     host's version and the versions apt offers.
     """
     name = container or host.name
-    installed = dict(fact_data(cached_fact(InstalledPackages, patterns=packages)) or {})
-    available = dict(fact_data(cached_fact(AptVersions, packages=packages)) or {})
+    installed = dict(node().packages)
+    available = dict(node().parts.get("apt_versions") or {})
     plan = userspace_plan(name, version, packages, installed, available)
     if plan.ok:
         host.noop(f"NVIDIA userspace {version} installed ({', '.join(packages)})")
@@ -57,7 +65,7 @@ def nvidia_userspace(version: str, packages: list[str], container: str = ""):
         if not is_executing():
             yield install_command(packages, version)
             return
-        # After apt-get update, inside this operation: read again, past the fact cache.
+        # After apt-get update, inside this operation: read again, past the snapshot.
         available = dict(fact_data(host.get_fact(AptVersions, packages=packages)) or {})
         plan = userspace_plan(name, version, packages, installed, available)
         if plan.refusal is not None:
@@ -85,8 +93,10 @@ def verify_container(
         host.noop("verify after the other operations ran")
         return
     packages = packages or DEFAULT_PACKAGES
-    gpu_state = fact_data(cached_fact(ContainerGpuState))
-    installed = dict(fact_data(cached_fact(InstalledPackages, patterns=packages)) or {})
+    if changed_in_this_run():
+        mark_stale(current_state(), host)  # the install changed the container: read it again
+    gpu_state = node().parts.get("container_gpu") or {}
+    installed = dict(node().packages)
     checks = container_checks(gpu_state, expected_gpus, host_driver_version, installed)
     for line in summary_lines(host.name, checks):
         is_open = any(f" {rank} " in line for rank in ("P0", "P1"))

@@ -26,8 +26,8 @@ container through ``pct exec`` (the ``container`` role).
 
 from __future__ import annotations
 
-from gpunode.facts.bundle import FactRead
-from gpunode.facts.cache import prefetch
+from gpunode.facts.lxc import PctList, PveLxcConfigText
+from gpunode.facts.snapshot import Needs, Part, read_node
 from gpunode.profile.container import ContainerSpec
 from gpunode.pyinfra_adapter import deploy
 from gpunode.roles.lxc_gpu.ops import (
@@ -35,11 +35,20 @@ from gpunode.roles.lxc_gpu.ops import (
     container_created,
     container_options,
     container_restarted,
+    needs,
 )
-from gpunode.roles.lxc_gpu.record import LxcGpuRecords, recorded_vmids
+from gpunode.roles.lxc_gpu.record import record_needs, recorded_vmids
 from gpunode.roles.lxc_gpu.undo import container_gpu_lines_removed
 
-__all__ = ["lxc_gpu", "lxc_gpu_undo"]
+__all__ = ["lxc_gpu", "lxc_gpu_undo", "needs"]
+
+
+def undo_needs(vmids: list[int]) -> Needs:
+    """What taking the recorded containers' lines out reads."""
+    return record_needs() | Needs(parts=(
+        Part(name="pct_list", fact=PctList),
+        *(Part(name=f"config:{vmid}", fact=PveLxcConfigText, kwargs=(("vmid", vmid),))
+          for vmid in vmids)))
 
 
 @deploy("gpunode: containers")
@@ -48,6 +57,7 @@ def lxc_gpu(containers: list[ContainerSpec]) -> None:
 
     Validate the specs first (``gpunode.roles.lxc_gpu.validate``): this function trusts them.
     """
+    read_node(needs(containers))
     for spec in containers:
         label = f"container {spec.vmid} ({spec.hostname})"
         container_created(name=f"Create {label}{spec.hook_note}", spec=spec)
@@ -65,7 +75,9 @@ def lxc_gpu(containers: list[ContainerSpec]) -> None:
 @deploy("gpunode: undo GPU containers")
 def lxc_gpu_undo() -> None:
     """Take gpunode's lines out of each container it recorded on this host (``undo``)."""
-    prefetch([FactRead(LxcGpuRecords)])
-    for vmid in recorded_vmids():
+    read_node(record_needs())
+    vmids = recorded_vmids()
+    read_node(undo_needs(vmids))  # the recorded containers' configs (a second read, if any)
+    for vmid in vmids:
         container_gpu_lines_removed(name=f"Remove the lines gpunode added to container {vmid}",
                                     vmid=vmid)

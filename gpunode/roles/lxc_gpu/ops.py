@@ -27,7 +27,6 @@ from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
 
 from gpunode.facts import pve_config
-from gpunode.facts.cache import cached_fact
 from gpunode.facts.gpu_numa import GpuNuma
 from gpunode.facts.lxc import (
     GpuNumaTopology,
@@ -38,7 +37,8 @@ from gpunode.facts.lxc import (
 )
 from gpunode.facts.nvidia_devices import DeviceNode
 from gpunode.facts.proxmox import PveVersion, PveVersionFact
-from gpunode.facts.sections import as_model, fact_data
+from gpunode.facts.sections import as_model
+from gpunode.facts.snapshot import Needs, Part, node, node_changed
 from gpunode.ops.changes import log_wrapped, report_change
 from gpunode.ops.files import sha1_text
 from gpunode.ops.shell import argv, argv_text, script, script_text
@@ -52,7 +52,12 @@ from gpunode.profile.container import (
 )
 from gpunode.pyinfra_adapter import current_state, host_prefix, is_executing, run_store
 from gpunode.roles.lxc_gpu.plan import new_container_lines, restart_reasons, take_over
-from gpunode.roles.lxc_gpu.record import container_record, record_commands, recorded_after
+from gpunode.roles.lxc_gpu.record import (
+    container_record,
+    record_commands,
+    record_needs,
+    recorded_after,
+)
 from gpunode.roles.lxc_gpu.takeover import Decision
 
 PVE_LXC_DIR = "/etc/pve/lxc"
@@ -68,7 +73,7 @@ def _spec(spec: ContainerSpec | dict) -> ContainerSpec:
 
 def host_devices() -> tuple[dict[str, int], list[DeviceNode]]:
     """The host's NVIDIA /proc/devices majors and /dev/nvidia* nodes (NvidiaDevices)."""
-    fact = fact_data(cached_fact(NvidiaDevices))
+    fact = node().parts["nvidia_devices"]
     majors = {str(k): int(v) for k, v in dict(fact["majors"]).items()}
     devices = [DeviceNode(**dict(d)) for d in fact["devices"]]
     return majors, devices
@@ -77,16 +82,37 @@ def host_devices() -> tuple[dict[str, int], list[DeviceNode]]:
 def _gpu_facts() -> dict[str, Any]:
     """The host facts beyond the device nodes: Proxmox's version (devN keys need 8.2) and
     the GPUs' NUMA nodes (cpuset 'auto')."""
-    pve = as_model(PveVersion, cached_fact(PveVersionFact))
+    parts = node().parts
+    pve = as_model(PveVersion, parts["pve"])
     return {
         "pve_version": pve.manager_version if pve.present else None,
-        "numa": as_model(GpuNuma, cached_fact(GpuNumaTopology)),
+        "numa": as_model(GpuNuma, parts["gpu_numa"]),
     }
+
+
+def needs(specs: Sequence[ContainerSpec]) -> Needs:
+    """What the container operations read: the host's NVIDIA devices, GPU NUMA nodes,
+    Proxmox version, `pct list`, gpunode's records, and each container's config (as written
+    and as started)."""
+    vmids = [int(spec.vmid) for spec in specs]
+    return record_needs() | Needs(parts=(
+        Part(name="nvidia_devices", fact=NvidiaDevices),
+        Part(name="gpu_numa", fact=GpuNumaTopology),
+        Part(name="pve", fact=PveVersionFact), Part(name="pct_list", fact=PctList),
+        *(Part(name=f"config:{vmid}", fact=PveLxcConfigText, kwargs=(("vmid", vmid),))
+          for vmid in vmids),
+        *(Part(name=f"started:{vmid}", fact=LxcStartedConfig, kwargs=(("vmid", vmid),))
+          for vmid in vmids)))
+
+
+def config_text(vmid: int) -> str | None:
+    """/etc/pve/lxc/VMID.conf as the snapshot read it (None: no such container)."""
+    return node().parts.get(f"config:{vmid}")
 
 
 def _listed(vmid: int) -> dict | None:
     """This node's `pct list` row for vmid, or None."""
-    containers = fact_data(cached_fact(PctList)) or {}
+    containers = node().parts.get("pct_list") or {}
     row = containers.get(vmid, containers.get(str(vmid)))
     return dict(row) if row is not None else None
 
@@ -126,6 +152,7 @@ def container_created(spec: ContainerSpec):
     yield append_lines_command(spec.vmid, lines)
     yield from record_commands(spec.vmid, recorded_after(None, "", "\n".join(lines)))
     yield argv("pct", "start", spec.vmid)
+    yield node_changed()  # a new container: its config and `pct list` row are read again
 
 
 def guarded_write_commands(vmid: int, old_text: str, new_text: str) -> list[Any]:
@@ -174,7 +201,7 @@ def container_config_lines(spec: ContainerSpec):
     hosts) are kept and reported with their fix.
     """
     spec = _spec(spec)
-    text = cached_fact(PveLxcConfigText, vmid=spec.vmid)
+    text = config_text(spec.vmid)
     if text is None:
         host.noop(f"container {spec.vmid} does not exist yet: its lines go in when it is created")
         return
@@ -247,7 +274,7 @@ def container_options(spec: ContainerSpec):
     what to do instead.
     """
     spec = _spec(spec)
-    text = cached_fact(PveLxcConfigText, vmid=spec.vmid)
+    text = config_text(spec.vmid)
     if text is None:
         host.noop(f"container {spec.vmid} does not exist yet: pct create sets its options")
         return
@@ -291,8 +318,8 @@ def container_restarted(spec: ContainerSpec):
     majors, devices = host_devices()
     reasons = restart_reasons(
         spec,
-        cached_fact(PveLxcConfigText, vmid=spec.vmid),
-        cached_fact(LxcStartedConfig, vmid=spec.vmid),
+        config_text(spec.vmid),
+        node().parts.get(f"started:{spec.vmid}"),
         majors,
         devices,
         **_gpu_facts(),

@@ -18,9 +18,9 @@ from typing import Any
 from pyinfra.api import FactBase, FileUploadCommand, StringCommand
 
 from gpunode.facts import pve_config
-from gpunode.facts.cache import cached_fact, changes_fact
 from gpunode.facts.owned import STATE_DIR
-from gpunode.facts.sections import FactModel, fact_data
+from gpunode.facts.sections import FactModel
+from gpunode.facts.snapshot import Needs, Part, node
 
 RECORD_DIR = f"{STATE_DIR}/lxc"
 
@@ -103,7 +103,7 @@ class LxcGpuRecords(FactBase):
 
 
 def container_record(vmid: int) -> LxcLinesRecord | None:
-    records = fact_data(cached_fact(LxcGpuRecords)) or {}
+    records = node().parts.get("lxc_records") or {}
     raw = records.get(vmid, records.get(str(vmid)))
     return LxcLinesRecord.model_validate(raw) if raw is not None else None
 
@@ -112,7 +112,6 @@ def record_commands(vmid: int, record: LxcLinesRecord) -> list[Any]:
     """Write the record atomically (temporary file + rename)."""
     path = record_path(vmid)
     temp = f"{path}.gpunode-new"
-    changes_fact(LxcGpuRecords)
     return [
         StringCommand(f"mkdir -p {shlex.quote(RECORD_DIR)}"),
         FileUploadCommand(StringIO(json.dumps(record.to_json(), indent=2) + "\n"), temp),
@@ -124,4 +123,9 @@ def record_commands(vmid: int, record: LxcLinesRecord) -> list[Any]:
 
 def recorded_vmids() -> list[int]:
     """The containers with a record on this host."""
-    return sorted(int(v) for v in (fact_data(cached_fact(LxcGpuRecords)) or {}))
+    return sorted(int(v) for v in (node().parts.get("lxc_records") or {}))
+
+
+def record_needs() -> Needs:
+    """What reading the records takes."""
+    return Needs(parts=(Part(name="lxc_records", fact=LxcGpuRecords),))

@@ -21,20 +21,18 @@ import shlex
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
-from gpunode.facts.cache import cached_fact, changes_fact
-from gpunode.facts.lxc import PctList, PveLxcConfigText
-from gpunode.facts.sections import fact_data
+from gpunode.facts.snapshot import node
 from gpunode.ops.changes import report_change
 from gpunode.roles.lxc_gpu.ops import (
     _log_once as log_once,
 )
 from gpunode.roles.lxc_gpu.ops import (
     config_path,
+    config_text,
     guarded_write_commands,
     refuse_if_locked,
 )
 from gpunode.roles.lxc_gpu.record import (
-    LxcGpuRecords,
     container_record,
     record_path,
     without_added,
@@ -54,7 +52,7 @@ def container_gpu_lines_removed(vmid: int):
         host.noop(f"container {vmid}: no record of lines gpunode added")
         return
     path = config_path(vmid)
-    text = cached_fact(PveLxcConfigText, vmid=vmid)
+    text = config_text(vmid)
     if text is not None:
         refuse_if_locked(vmid, text)
         new_text, taken = without_added(text, record)
@@ -67,11 +65,10 @@ def container_gpu_lines_removed(vmid: int):
                 log_once(f"container {vmid} keeps its GPUs until it restarts (pct reboot {vmid})")
             yield from guarded_write_commands(vmid, text, new_text)
     report_change(record_path(vmid), "present", "(removed)", where="gpunode's lines undone")
-    changes_fact(LxcGpuRecords)
     yield StringCommand(f"rm -f {shlex.quote(record_path(vmid))}")
 
 
 def _running(vmid: int) -> bool:
-    rows = fact_data(cached_fact(PctList)) or {}
+    rows = node().parts.get("pct_list") or {}
     row = rows.get(vmid, rows.get(str(vmid))) or {}
     return dict(row).get("status") == "running"

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from gpunode.facts.audit import IommuState
 from gpunode.facts.cmdline import (
     CmdlineState,
     edit_grub_default,
@@ -17,7 +18,9 @@ from gpunode.facts.cmdline import (
     merge_cmdline,
     split_cmdline,
 )
+from gpunode.facts.containers import ContainerState, container_state
 from gpunode.facts.cpu import CpuState, parse_idle_states
+from gpunode.facts.gpu_details import parse_gpu_details, parse_nvlink_status
 from gpunode.facts.kernel_params import KernelParamsState
 from gpunode.facts.kernels import KernelPackages, parse_kernel_packages
 from gpunode.facts.nvidia import (
@@ -31,9 +34,6 @@ from gpunode.facts.proxmox import parse_proxmox_kernel_list, parse_pveversion
 from gpunode.facts.pve_config import parse_pve_lxc_config, render, with_lxc_entry
 from gpunode.ops.cpu import cpu_cmdline_params
 from gpunode.profile.node import DEFAULT_SYSCTLS, NodeProfile
-from gpunode.facts.containers import ContainerState, container_state
-from gpunode.facts.audit import IommuState
-from gpunode.facts.gpu_details import parse_gpu_details, parse_nvlink_status
 from gpunode.roles.audit.snapshot import NodeSnapshot
 
 DATA = Path(__file__).resolve().parents[2] / "data"

@@ -4,12 +4,18 @@ import base64
 
 import pytest
 
+from gpunode.facts.audit import (
+    AUDIT_COMMAND,
+    SHARED_PARTS,
+    AuditFacts,
+    parse_audit_sections,
+    parse_iommu,
+)
+from gpunode.facts.containers import parse_container_exec
+from gpunode.facts.gpu_details import parse_gpu_details, parse_nvlink_status
 from gpunode.facts.kernels import InstalledKernels
 from gpunode.facts.pcie import parse_pci_paths
 from gpunode.facts.sections import MARKER
-from gpunode.facts.containers import parse_container_exec
-from gpunode.facts.audit import AUDIT_COMMAND, AuditFacts, parse_audit_sections, parse_iommu
-from gpunode.facts.gpu_details import parse_gpu_details, parse_nvlink_status
 
 from ._nodes import CT_MEMLOCK_8M, CT_MEMLOCK_UNLIMITED, read
 
@@ -173,8 +179,9 @@ def test_unreadable_container_config_is_not_a_gpu_verdict():
     assert (ct.vmid, ct.config_read, ct.gpu) == (110, False, False)
 
 
-def test_command_reuses_the_kernel_fact_and_probes_only_running_gpu_containers():
-    assert InstalledKernels().command() in AUDIT_COMMAND
+def test_command_shares_the_kernel_part_and_probes_only_running_gpu_containers():
+    assert InstalledKernels().command() not in AUDIT_COMMAND  # the snapshot's own part
+    assert SHARED_PARTS["kernels"] == "kernels"
     assert "pct status \"$id\" 2>/dev/null | grep -q running" in AUDIT_COMMAND
     assert "grep -q '/dev/nvidia'" in AUDIT_COMMAND
     assert "nvidia-smi --query-gpu=driver_version --format=csv,noheader" in AUDIT_COMMAND

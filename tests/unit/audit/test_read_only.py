@@ -1,8 +1,8 @@
 """The audit changes nothing: its operations yield no command, its facts hold no write.
 
-- every fact command gather_snapshot() runs is checked against write verbs (redirection into
-  a file, setpci with '=', sysctl -w, modprobe, echo into /sys, pct/systemctl/apt/nvidia-smi
-  changes...);
+- the one command gather_snapshot() runs (the snapshot's read) is checked against writes
+  (redirection into a file, setpci with '=', sysctl -w, modprobe, echo into /sys,
+  pct/systemctl/apt/nvidia-smi changes...);
 - audit_node and verify_node run with pyinfra's context (a recording host, the Prepare and
   Execute stages) and yield nothing;
 - `pyinfra @local deploy/audit.py` runs on this machine (no GPU, systemd or Proxmox) without
@@ -22,10 +22,11 @@ from pyinfra.api import FunctionCommand
 from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_host, ctx_state
 
+from gpunode.facts.audit import AuditFacts
 from gpunode.facts.kernel_params import KernelParams
 from gpunode.facts.sections import MARKER
+from gpunode.facts.snapshot import BEGIN, END, Needs, NodeRead, sections
 from gpunode.profile.node import NodeProfile
-from gpunode.facts.audit import AuditFacts
 from gpunode.roles.audit.run import audit_node
 from gpunode.roles.audit.snapshot import gather_snapshot
 from gpunode.roles.audit.verify import verify_node
@@ -68,7 +69,8 @@ def writes_in(command: str) -> list[str]:
 
 class RecordingHost:
     """A pyinfra host that records each fact's command and answers with the fact's parse of
-    the given output (or of nothing)."""
+    the given output (or of nothing); the snapshot's one read gets each of its parts' output
+    from the part's own fact's."""
 
     name = "gpu-test"
     data = SimpleNamespace(get=lambda key, default=None: default)
@@ -81,8 +83,16 @@ class RecordingHost:
 
     def get_fact(self, fact_cls, *args, **kwargs):
         fact = fact_cls()
-        self.commands.append(fact.command(*args, **kwargs))
+        self.commands.append(str(fact.command(*args, **kwargs)))
+        if fact_cls is NodeRead:
+            return fact.process(self.node_output(kwargs.get("needs") or Needs()))
         return fact.process(self.outputs.get(fact_cls, "").splitlines())
+
+    def node_output(self, needs: Needs) -> list[str]:
+        lines: list[str] = []
+        for name, (part, _) in sections(needs).items():
+            lines += [f"{BEGIN}{name}", *self.outputs.get(part, "").splitlines(), f"{END}0"]
+        return lines
 
     def noop(self, description: str) -> None:
         self.noops.append(description)
@@ -117,7 +127,7 @@ def test_every_fact_command_of_the_snapshot_is_read_only():
     host = RecordingHost()
     with ctx_host.use(host):
         gather_snapshot(NodeProfile())
-    assert len(host.commands) == 6
+    assert len(host.commands) == 1  # the snapshot's one read
     for command in host.commands:
         assert writes_in(command) == [], command
 
@@ -128,7 +138,7 @@ def test_audit_operation_yields_no_command_and_reports_once(tmp_path):
     assert run_op(audit_node, StateStage.Prepare, host, state, profile=profile,
                   formats=("json",), report_dir=str(tmp_path)) == []
     reads = len(host.commands)
-    assert reads == 6
+    assert reads == 1
     # Execution reuses the report of change detection: no second read of the node.
     assert run_op(audit_node, StateStage.Execute, host, state, profile=profile) == []
     assert len(host.commands) == reads
@@ -145,7 +155,7 @@ def test_audit_operation_fails_the_host_on_p0_during_execution():
     # Change detection (and --dry) only prints: the failure belongs to the run.
     assert run_op(audit_node, StateStage.Prepare, host, state, profile=profile) == []
     [command] = run_op(audit_node, StateStage.Execute, host, state, profile=profile)
-    assert len(host.commands) == 6
+    assert len(host.commands) == 1
     # The host fails through a local command (pyinfra goes on with the other hosts), which
     # logs why and runs nothing on the node.
     assert isinstance(command, FunctionCommand)
@@ -163,7 +173,7 @@ def test_verify_operation_yields_no_command():
     assert run_op(verify_node, StateStage.Prepare, host, profile=NodeProfile()) == []
     assert host.commands == []
     assert run_op(verify_node, StateStage.Execute, host, profile=NodeProfile()) == []
-    assert len(host.commands) == 6
+    assert len(host.commands) == 1
     assert host.noops[-1] == "verified: 0 open"
 
 

@@ -3,8 +3,10 @@ with that fault does not exist; the change is named in the test)."""
 
 import pytest
 
+from gpunode.facts.audit import IommuState
 from gpunode.facts.cmdline import CmdlineState
 from gpunode.facts.cpu import CpuState
+from gpunode.facts.gpu_details import parse_gpu_details, parse_nvlink_status
 from gpunode.facts.kernel_params import KernelParamsState
 from gpunode.facts.kernels import parse_installed_kernels, parse_kernel_packages
 from gpunode.facts.nvidia import parse_nvidia_smi_xml
@@ -13,9 +15,7 @@ from gpunode.facts.pve_config import parse_pve_lxc_config, render, with_lxc_entr
 from gpunode.ops.cmdline import set_grub_default_entry
 from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.checks import audit_checks
-from gpunode.facts.audit import IommuState
 from gpunode.roles.audit.gpu_checks import NO_NVLINK, check_gpu_state, check_nvlink
-from gpunode.facts.gpu_details import parse_gpu_details, parse_nvlink_status
 from gpunode.roles.audit.pcie_checks import (
     check_acs,
     check_iommu,

@@ -3,9 +3,9 @@ reports, /proc/driver/nvidia/version and modinfo outputs."""
 
 import pytest
 
+from gpunode.facts.gpu_details import UnitState, parse_unit_state
 from gpunode.facts.nvidia import nvidia_module_is_open, parse_nvidia_proc_version
 from gpunode.profile.node import NodeProfile
-from gpunode.facts.gpu_details import UnitState, parse_unit_state
 from gpunode.roles.audit.runtime_checks import (
     check_module_flavour,
     check_persistence,

@@ -9,6 +9,7 @@ from pyinfra.api.connect import connect_all
 from pyinfra.api.deploy import add_deploy
 
 from gpunode.facts.nvidia_devices import DeviceNode
+from gpunode.facts.snapshot import NodeRead, Snapshot
 from gpunode.profile.container import ContainerSpec
 from gpunode.roles.lxc_gpu import lxc_gpu
 from gpunode.roles.lxc_gpu.plan import edit_config_text
@@ -42,6 +43,11 @@ CONFIG = (
 )
 
 
+PARTS = {"NvidiaDevices": "nvidia_devices", "PveVersionFact": "pve",
+         "GpuNumaTopology": "gpu_numa", "LxcGpuRecords": "lxc_records", "PctList": "pct_list",
+         "PveLxcConfigText": "config:110", "LxcStartedConfig": "started:110"}
+
+
 def run_role(facts: dict) -> list[tuple[str, list[str]]]:
     inventory = Inventory((["@local"], {}))
     state = State(inventory, Config())
@@ -49,6 +55,9 @@ def run_role(facts: dict) -> list[tuple[str, list[str]]]:
     host = inventory.get_host("@local")
 
     def get_fact(self, cls, *args, **kwargs):
+        if cls is NodeRead:  # the role's one read: each fact's value as the part it reads
+            return Snapshot(parts={part: facts[name] for name, part in PARTS.items()
+                                   if name in facts})
         return facts[cls.__name__]
 
     with patch("pyinfra.api.host.Host.get_fact", get_fact):
@@ -71,7 +80,8 @@ def test_fresh_host_creates_with_the_gpu_lines_then_starts():
         "Restart container 110 (llm-a) if needed (report only)",
     ]
     create = plan[0][1]
-    assert create[0].startswith("pct create 110 ") and create[-1] == "pct start 110"
+    assert create[0].startswith("pct create 110 ") and create[-2] == "pct start 110"
+    assert create[-1] == "FunctionCommand(mark_stale, (), {})"  # the new container is read again
     # What gpunode appended is recorded for undo before the first start (lxc_gpu.record).
     assert create[2] == "mkdir -p /var/lib/gpunode/lxc" and create[4] == (
         "mv -f /var/lib/gpunode/lxc/110.json.gpunode-new /var/lib/gpunode/lxc/110.json")

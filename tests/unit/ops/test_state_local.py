@@ -1,26 +1,24 @@
 """The record undo relies on (gpunode.ops.state) planned on a real pyinfra State for
 @local: this machine's own sysctls, holds and cmdline are what a first apply would record, the
-record reads back with its own fact, and a recorded node is never recorded again. Only
-RecordedState is given (a node gpunode already applied) where a case needs one; nothing is
-executed."""
+record reads back with its own fact, and a recorded node is never recorded again. The node is
+read into the run's snapshot as a deploy reads it; only the record is given (a node gpunode
+already applied) where a case needs one; nothing is executed."""
 
 from __future__ import annotations
 
-import json
 import os
-from unittest.mock import patch
 
 import pytest
 from pyinfra.api import Config, FileUploadCommand, Inventory, State
 from pyinfra.api.connect import connect_all
-from pyinfra.api.host import Host
 from pyinfra.api.operation import add_op
 from pyinfra.context import ctx_host, ctx_state
 
 from gpunode.facts.owned import STATE_DIR, STATE_FILE, NodeState, RecordedState
+from gpunode.facts.snapshot import Needs, read_node
 from gpunode.ops.state import state_forgotten, state_recorded
+from gpunode.pyinfra_adapter import run_store
 
-REAL_GET_FACT = Host.get_fact
 RECORD = NodeState(recorded="2026-11-30T09:00:00Z", sysctls={"vm.swappiness": "60"},
                    holds=["proxmox-kernel-6.8"], cmdline=["quiet"])
 
@@ -34,17 +32,19 @@ def _not_cli(monkeypatch):
 
 
 def commands_of(op, recorded: NodeState | None = None, **kwargs) -> list:
-    """The commands op yields on @local (RecordedState given when recorded is set)."""
+    """The commands op yields on @local after the deploy's read (the record given when
+    recorded is set)."""
     state = State(Inventory((["@local"], {})), Config())
     connect_all(state)
     host = state.inventory.get_host("@local")
-
-    def get_fact(self, cls, *args, **kw):
-        if cls is RecordedState and recorded is not None:
-            return RecordedState().process([json.dumps(recorded.to_json())])
-        return REAL_GET_FACT(self, cls, *args, **kw)
-
-    with patch.object(Host, "get_fact", get_fact), ctx_state.use(state), ctx_host.use(host):
+    needs = Needs(record=True, holds=True, folders=(STATE_DIR,),
+                  sysctl_keys=tuple(kwargs.get("sysctl_keys", ())),
+                  modules=tuple(kwargs.get("modules", ())), units=("gpunode-tune.service",))
+    with ctx_state.use(state), ctx_host.use(host):
+        snapshot = read_node(needs)
+        if recorded is not None:
+            held = run_store("_gpunode_snapshots")[host.name]
+            held.snapshot = snapshot.model_copy(update={"recorded": recorded})
         meta = add_op(state, op, **kwargs)[host]
         return list(state.get_op_data_for_host(host, meta._hash).command_generator())
 

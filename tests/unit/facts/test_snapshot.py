@@ -1,0 +1,145 @@
+"""The snapshot's one read (gpunode.facts.snapshot.NodeRead) run in a real shell.
+
+The systemd part: a stand-in systemctl on PATH prints the lab guest's captured output
+(tests/data/systemd/, systemd 257 on Debian 13), keeping only the properties it is asked for,
+as systemctl does; the units' state from the one `systemctl show` is what pyinfra's own
+SystemdStatus and SystemdEnabled read. The rest: this machine's real /proc, /sys and files.
+The real systemctl and lspci are exercised by the lab tier's runs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+from pyinfra.api import FactBase
+from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
+
+from gpunode.facts.snapshot import (
+    MISSING_COMMAND,
+    Needs,
+    NodeRead,
+    Part,
+    Snapshot,
+    sections,
+    split_sections,
+)
+from gpunode.facts.systemd import Unit
+
+DATA = Path(__file__).parents[2] / "data" / "systemd" / "show-units-trixie.txt"
+UNITS = ["ssh.service", "nvidia-persistenced.service", "systemd-journald.service",
+         "cron.timer", "apt-daily.timer"]
+
+# Prints the captured blocks of the asked units with the asked properties only.
+STAND_IN = """#!/bin/sh
+echo "$*" >> "$CALLS"
+props=; units=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    show|--all) ;;
+    --property) shift; props="$props $1" ;;
+    *) units="$units $1" ;;
+  esac
+  shift
+done
+awk -v props="$props" -v units="$units" '
+  BEGIN { n = split(props, p, " "); for (i = 1; i <= n; i++) want[p[i]] = 1
+          m = split(units, u, " "); for (i = 1; i <= m; i++) asked[u[i]] = 1 }
+  /^Id=/ { unit = substr($0, 4); if (unit in asked) { if (printed++) print "" } }
+  /=/ { key = substr($0, 1, index($0, "=") - 1); if ((unit in asked) && (key in want)) print }
+' "$DATA"
+"""
+
+
+def run(tmp_path: Path, command: str) -> list[str]:
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    (bin_dir / "systemctl").write_text(STAND_IN)
+    (bin_dir / "systemctl").chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "DATA": str(DATA),
+           "CALLS": str(tmp_path / "calls")}
+    out = subprocess.run(["sh", "-c", command], capture_output=True, text=True, env=env,
+                         check=True)
+    return out.stdout.splitlines()
+
+
+def own_value(tmp_path: Path, fact: type, units: list[str]) -> dict[str, bool]:
+    instance = fact()
+    return instance.process(run(tmp_path, str(instance.command(services=units).get_raw_value())))
+
+
+def read(tmp_path: Path, needs: Needs) -> Snapshot:
+    fact = NodeRead()
+    lines = run(tmp_path, str(fact.command(needs=needs).get_raw_value()))
+    return fact.process(lines)
+
+
+def test_one_systemctl_gives_each_unit_what_pyinfra_reads_of_it(tmp_path):
+    snapshot = read(tmp_path, Needs(units=tuple(UNITS)))
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert sum("--property Id" in call for call in calls) == 1  # one systemctl for all units
+    active = own_value(tmp_path, SystemdStatus, UNITS)
+    enabled = own_value(tmp_path, SystemdEnabled, UNITS)
+    assert snapshot.units == {u: Unit(active=active[u], enabled=enabled[u]) for u in UNITS}
+    assert snapshot.unit("ssh.service") == Unit(active=True, enabled=True)
+    assert snapshot.unit("nvidia-persistenced.service") == Unit()
+    assert snapshot.unit("not-asked.service") == Unit()
+
+
+def test_one_read_holds_every_part_the_needs_name(tmp_path):
+    target = tmp_path / "owned.conf"
+    target.write_text("a = 1\n")
+    folder = tmp_path / "folder"
+    folder.mkdir()
+    (folder / "x").write_text("")
+    needs = Needs(sysctl_keys=("vm.swappiness",), files=(str(target), str(tmp_path / "none")),
+                  contents=(str(target),), folders=(str(folder), str(tmp_path / "nope")),
+                  parts=(Part(name="hostname", fact=HostnameFact),))
+    snapshot = read(tmp_path, needs)
+    live = Path("/proc/sys/vm/swappiness").read_text().strip()
+    assert snapshot.kernel.sysctls == {"vm.swappiness": live}
+    state = snapshot.file(str(target))
+    assert state is not None and state.mode == "644"
+    assert snapshot.file(str(tmp_path / "none")) is None
+    assert snapshot.contents == {str(target): ["a = 1"]}
+    assert snapshot.folders[str(folder)] == ["x"]
+    assert not snapshot.folder_exists(str(tmp_path / "nope"))
+    assert snapshot.parts == {"hostname": os.uname().nodename}
+    assert snapshot.recorded is None and snapshot.nvidia is None  # not needed: not read
+
+
+def test_parts_not_needed_are_not_in_the_command():
+    plain = set(sections(Needs()))
+    assert plain == {"cmdline", "cpu", "kernel", "pcie", "mrrs_refused", "pci_paths", "folders"}
+    wide = set(sections(Needs(audit=True, record=True, holds=True, units=("a.service",))))
+    assert {"audit", "nvidia", "driver_loaded", "kernels", "pve", "driver_packages",
+            "recorded", "holds", "units"} <= wide
+    assert "boot_tool" not in wide  # proxmox-boot-tool status mounts the ESPs: pins only
+
+
+def test_a_failed_or_missing_part_keeps_its_default():
+    lines = ["@@gpunode-read:begin:holds", MISSING_COMMAND, "", "@@gpunode-read:end:0",
+             "@@gpunode-read:begin:recorded", "garbage", "", "@@gpunode-read:end:1",
+             "@@gpunode-read:begin:pcie", "unterminated"]
+    assert split_sections(lines)["recorded"] == (1, ["garbage"])
+    fact = NodeRead()
+    fact.command(needs=Needs(holds=True, record=True))
+    snapshot = fact.process(lines)
+    assert snapshot.holds == [] and snapshot.recorded is None and snapshot.pcie == []
+
+
+def test_needs_union_keeps_every_item_once():
+    a = Needs(files=("/b", "/a"), units=("x.service",), audit=True)
+    b = Needs(files=("/a", "/c"), holds=True, parts=(Part(name="p", fact=HostnameFact),))
+    both = a | b
+    assert both.files == ("/a", "/b", "/c") and both.units == ("x.service",)
+    assert both.audit and both.holds and [p.name for p in both.parts] == ["p"]
+    assert both | b == both
+
+
+class HostnameFact(FactBase):
+    def command(self) -> str:
+        return "uname -n"
+
+    def process(self, output: list[str]) -> str:
+        return output[0]
