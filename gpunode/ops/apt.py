@@ -84,9 +84,10 @@ def packages_present(packages: list[str]):
     Install the packages that are not installed, with the command pyinfra's apt.packages
     runs (noninteractive, keeping changed config files).
 
-    The installed set comes from one dpkg-query of these names (cached, prefetchable)
-    instead of apt.packages' read of every package on the node (DebPackages), so a dry
-    run on a node that lacks one reads nothing more.
+    The installed set comes from the snapshot's one dpkg-query of the packages the run
+    needs, instead of apt.packages' read of every package on the node (DebPackages), so a
+    dry run on a node that lacks one reads nothing more. An install makes the snapshot
+    stale: what the node reads next (lspci, modinfo ...) is read again.
 
     + packages: package names
     """

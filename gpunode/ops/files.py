@@ -154,8 +154,8 @@ def mark_created_command(path: str) -> StringCommand:
 def directory_present(path: str, mode: str = "755"):
     """
     Make sure a directory exists (created with mode when missing; an existing one is left as
-    it is, and a created one is marked for undo). Read through the fact cache: a present
-    directory costs no read of its own.
+    it is, and a created one is marked for undo). From the snapshot (the folder among its
+    needs' folders): a present directory costs no read of its own.
 
     + path: remote directory
     + mode: octal mode for a directory created here

@@ -16,7 +16,13 @@ from gpunode.facts.cmdline import format_param, missing_params
 from gpunode.facts.kernel_params import normalize_sysctl_value
 from gpunode.ops.cpu import cpu_cmdline_params, states_to_disable
 from gpunode.ops.modules import plan_modules
-from gpunode.ops.pcie import refusal_note, selected_devices, setpci_mrrs_argument
+from gpunode.ops.pcie import (
+    devices_to_write,
+    refusal_note,
+    selected_devices,
+    setpci_mrrs_argument,
+)
+from gpunode.ops.sysctl import sysctl_changes
 from gpunode.profile.check import DEPLOY_FIX, STATUSES, Check, Status, ok
 from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.bandwidth_checks import check_measured_bandwidth
@@ -56,20 +62,22 @@ __all__ = [
 
 
 def check_sysctls(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
+    """A P0 exactly where the sysctl operation would write (ops.sysctl.sysctl_changes)."""
+    live_values, refused = snap.kernel.sysctls, snap.kernel.sysctl_refused
+    writes = sysctl_changes(live_values, profile.sysctls, refused)
     checks = []
     for key, want in profile.sysctls.items():
         want = normalize_sysctl_value(want)
-        live = snap.kernel.sysctls.get(key)
+        live = live_values.get(key)
         name = f"sysctl {key}"
-        refused = snap.kernel.sysctl_refused.get(key) == want
         if live is None:
             checks.append(Check(name=name, status="n/a", live="not on this kernel", want=want))
-        elif live != want and refused:
+        elif live == want:
+            checks.append(ok(name, live, want))
+        elif key not in writes:
             checks.append(Check(name=name, status="limit", want=want,
                                 live=f"{live} (the kernel refused {want} in this boot: "
                                      "not supported here)"))
-        elif live == want:
-            checks.append(ok(name, live, want))
         else:
             checks.append(Check(name=name, status="P0", live=live, want=want,
                                 fix=f"sysctl -w {key}='{want}' ({DEPLOY_FIX})",
@@ -91,18 +99,21 @@ def check_modules(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
 
 
 def check_max_read_request(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
+    """A P0 exactly where the MaxReadReq operation would write (ops.pcie.devices_to_write)."""
     size = profile.max_read_request
     devices = selected_devices(snap.pcie, profile.pcie_selector)
     if not devices:
         return [Check(name="PCIe MaxReadReq", status="n/a",
                       live="no device matches the selector")]
+    _, refusing = devices_to_write(snap.pcie, profile.pcie_selector, size,
+                                   dict(snap.mrrs_refused))
     checks = []
     for d in devices:
         name = f"PCIe MaxReadReq {d.bdf} [{d.vendor_id}:{d.device_id}]"
         live = f"{d.devctl_max_read_req} bytes"
         if d.devctl_max_read_req == size:
             checks.append(ok(name, live, f"{size} bytes"))
-        elif snap.mrrs_refused.get(d.bdf) == size:
+        elif d in refusing:
             checks.append(Check(name=name, status="limit", live=live, want=f"{size} bytes",
                                 fix=refusal_note([d], size)))
         else:

@@ -5,8 +5,8 @@
 - ``verify_container(expected_gpus, host_driver_version)``: nvidia-smi -L count, ``ulimit -l``,
   the driver libraries against the host's module; reports, changes nothing.
 
-Each one reads its facts when it runs (``cached_fact``: once per host until an operation
-changes it) and yields only what is needed; converged, it yields nothing and says why
+Each one plans from the run's snapshot (gpunode.facts.snapshot: the role's ``needs()``,
+read once) and yields only what is needed; converged, it yields nothing and says why
 (``host.noop``).
 """
 

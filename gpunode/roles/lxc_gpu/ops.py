@@ -12,8 +12,8 @@ options and raw lxc.* lines, restart it only when allowed (facts from ``gpunode.
 - ``container_restarted(spec)``: ``pct reboot`` when the running container does not run its
   declared config and ``spec.restart_allowed``, else a "pending restart" report.
 
-Each one reads its facts when it runs (``cached_fact``: once per host until an operation
-changes it) and yields only what is needed; converged, it yields nothing and says why
+Each one plans from the run's snapshot (gpunode.facts.snapshot: the role's ``needs()``,
+read once) and yields only what is needed; converged, it yields nothing and says why
 (``host.noop``).
 """
 
