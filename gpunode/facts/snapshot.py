@@ -13,6 +13,7 @@ and for the final verify when anything changed.
 
 from __future__ import annotations
 
+import hashlib
 import shlex
 from typing import Any
 
@@ -113,6 +114,15 @@ class Needs(BaseModel):
     audit: bool = False
     """Everything the audit checks beyond the tuning (AuditFacts)."""
     parts: tuple[Part, ...] = ()
+
+    def __repr__(self) -> str:  # pyinfra logs a fact's arguments: short, and one per needs
+        counts = [f"{name}={len(value)}" for name, value in self if isinstance(value, tuple)
+                  and value]
+        flags = [name for name, value in self if value is True]
+        digest = hashlib.sha1(str(tuple(self)).encode()).hexdigest()[:8]
+        return f"Needs({', '.join([*counts, *flags])}; {digest})"
+
+    __str__ = __repr__
 
     def __or__(self, other: Needs) -> Needs:
         merged: dict[str, Any] = {}

@@ -1,8 +1,9 @@
-"""Runtime sysctl values, read from one fact call for all keys, written in one command and
-each write read back.
+"""Runtime sysctl values, read in the run's snapshot, written in one command and each write
+read back.
 
 pyinfra's server.sysctl reads one key per fact command and fails on keys the running kernel
-lacks; this operation reads every key in one command, skips missing ones with a note, writes
+lacks; this operation plans from the snapshot (every key in its one read), skips missing ones
+with a note, writes
 every differing key in one remote shell (each write with its own read-back and message), and
 leaves persistence to the sysctl.d file that host_tuning owns whole.
 

@@ -17,5 +17,6 @@ for _folder in sorted(FIXTURES.glob("*/*.*")):
     _base = "gpunode.ops" if _package == "ops" else f"gpunode.roles.{_package}"
     globals()[_name] = make_operation_tests(_base, _folder.name, _folder)
 
-# pyinfra_testing's create_host names the fake host after the last fact it was given, so the
-# host name in expected error messages is that fact's key (e.g. "cmdline.KernelCmdline: ...").
+# Each case gives the operation its snapshot (facts: snapshot.NodeRead: the Snapshot's fields
+# the operation reads). pyinfra_testing's create_host names the fake host after the last fact
+# it was given, so the host name in expected error messages is "snapshot.NodeRead: ...".
