@@ -11,8 +11,12 @@ from __future__ import annotations
 import os
 import subprocess
 from pathlib import Path
+from unittest.mock import patch
 
-from pyinfra.api import FactBase
+from pyinfra.api import Config, FactBase, Inventory, State
+from pyinfra.api.connect import connect_all
+from pyinfra.api.host import Host
+from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
 from gpunode.facts.snapshot import (
@@ -21,11 +25,15 @@ from gpunode.facts.snapshot import (
     NodeRead,
     Part,
     Snapshot,
+    node,
+    node_changed,
+    read_node,
     sections,
     split_sections,
 )
 from gpunode.facts.systemd import Unit
 
+REAL_GET_FACT = Host.get_fact
 DATA = Path(__file__).parents[2] / "data" / "systemd" / "show-units-trixie.txt"
 UNITS = ["ssh.service", "nvidia-persistenced.service", "systemd-journald.service",
          "cron.timer", "apt-daily.timer"]
@@ -143,3 +151,30 @@ class HostnameFact(FactBase):
 
     def process(self, output: list[str]) -> str:
         return output[0]
+
+
+def test_a_run_reads_once_and_again_only_when_wider_or_stale():
+    """On a real pyinfra State for @local: the deploy's read serves every later read of the
+    same or fewer needs; wider needs read once more (their union); node_changed() makes the
+    next node() read again."""
+    state = State(Inventory((["@local"], {})), Config())
+    connect_all(state)
+    local = state.inventory.get_host("@local")
+    reads: list[Needs] = []
+
+    def get_fact(self, cls, *args, **kwargs):
+        reads.append(kwargs["needs"])
+        return REAL_GET_FACT(self, cls, *args, **kwargs)
+
+    wide = Needs(sysctl_keys=("vm.swappiness",), holds=True)
+    with patch.object(Host, "get_fact", get_fact), ctx_state.use(state), ctx_host.use(local):
+        first = read_node(wide)
+        assert read_node(Needs(holds=True)) is first and node() is first
+        assert len(reads) == 1
+        read_node(Needs(files=("/etc/hostname",)))
+        assert reads[-1] == wide | Needs(files=("/etc/hostname",))
+        changed = node_changed()
+        changed.function(state, local)
+        assert node().file("/etc/hostname") is not None and len(reads) == 3
+        assert node() is node() and len(reads) == 3
+    assert len(reads) == 3
