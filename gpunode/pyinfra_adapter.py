@@ -36,6 +36,10 @@ pyproject.toml), so an upgrade that changes one fails there and not in a deploy:
   (``_sudo``, ...) before the function's own, so a positional call (``site_tuning(profile)``)
   does not type-check. gpunode's operations are called with keywords (``name=``, then their
   own), which pyinfra's typing checks as it is: they use pyinfra's ``@operation``.
+
+At import, the installed pyinfra is checked against the range gpunode declares for it
+(``pyinfra>=3.10,<3.11`` in pyproject.toml, read back from the installed package's metadata
+with ``packaging``): another pyinfra stops with what is installed, what is wanted and the fix.
 """
 
 from __future__ import annotations
@@ -44,8 +48,11 @@ import contextlib
 import re
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
+from importlib import metadata
 from typing import Any, TypeVar, cast
 
+from packaging.requirements import Requirement
+from packaging.version import Version
 from pyinfra import state as _state_proxy
 from pyinfra.api import deploy as _pyinfra_deploy
 from pyinfra.api.exceptions import PyinfraError
@@ -56,6 +63,7 @@ from pyinfra.context import ctx_host, ctx_state
 from pyinfra.operations.util.files import generate_color_diff
 
 __all__ = [
+    "pyinfra_problem",
     "StateCallback",
     "checks_for_changes",
     "color_diff",
@@ -80,6 +88,31 @@ __all__ = [
 ]
 
 StateCallback = BaseStateCallback
+
+
+def pyinfra_problem(installed: str, requires: Sequence[str]) -> str | None:
+    """Why this pyinfra can't run gpunode (None: it can): requires are gpunode's declared
+    requirements (the package metadata's Requires-Dist lines)."""
+    wanted = [Requirement(line) for line in requires]
+    pins = [r.specifier for r in wanted if r.name == "pyinfra" and not r.marker]
+    if not pins or Version(installed) in pins[0]:
+        return None
+    return (f"gpunode needs pyinfra {pins[0]} (it relies on pyinfra internals, "
+            f"gpunode/pyinfra_adapter.py); pyinfra {installed} is installed. "
+            f"Fix: pip install 'pyinfra{pins[0]}'")
+
+
+def _check_pyinfra() -> None:
+    try:
+        requires = metadata.requires("gpunode") or []
+    except metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
+        return
+    problem = pyinfra_problem(metadata.version("pyinfra"), requires)
+    if problem:
+        raise ImportError(problem)
+
+
+_check_pyinfra()
 F = TypeVar("F", bound=Callable[..., None])
 
 
