@@ -9,6 +9,9 @@ in README.md and in each role's defaults.py is rendered from the pydantic schema
 - ``readme:container-role``: the container role's settings (ContainerSettings);
 - ``role:NAME``: the fields gpunode.roles.NAME.defaults.READS names, of its SCHEMA.
 
+It also writes the profile's JSON Schema, gpunode/schema/node-profile.schema.json
+(gpunode.cli.schema_text: what ``python -m gpunode schema`` prints).
+
     python -m tools.docs          # rewrite the blocks
     python -m tools.docs --check  # exit 1 when a block differs (tests/unit/test_docs.py)
 """
@@ -20,6 +23,7 @@ import re
 import sys
 from pathlib import Path
 
+from gpunode.cli import SCHEMA_FILE, schema_text
 from gpunode.profile.container import ContainerSpec
 from gpunode.profile.docs import field_rows, markdown_table, text_list
 from gpunode.profile.node import NodeProfile
@@ -60,7 +64,13 @@ def regenerate(text: str) -> str:
 
 
 def stale_files() -> list[Path]:
-    return [path for path in FILES if regenerate(path.read_text()) != path.read_text()]
+    stale = [path for path in FILES if regenerate(path.read_text()) != path.read_text()]
+    schema = SCHEMA_FILE.read_text() if SCHEMA_FILE.exists() else ""
+    return stale + ([SCHEMA_FILE] if schema != schema_text() else [])
+
+
+def generated(path: Path) -> str:
+    return schema_text() if path == SCHEMA_FILE else regenerate(path.read_text())
 
 
 def main(argv: list[str]) -> int:
@@ -70,7 +80,7 @@ def main(argv: list[str]) -> int:
             print(f"{path.relative_to(REPO)}: generated settings text differs: run make docs")
         return 1 if stale else 0
     for path in stale:
-        path.write_text(regenerate(path.read_text()))
+        path.write_text(generated(path))
         print(f"wrote {path.relative_to(REPO)}")
     return 0
 
