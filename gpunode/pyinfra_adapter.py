@@ -19,6 +19,8 @@ pyproject.toml), so an upgrade that changes one fails there and not in a deploy:
   and the ``[name] `` prefix of its log lines (``Host.print_prefix``);
 - ``fail_host``: mark a host failed before it gets an operation (``State.fail_hosts``; the
   other hosts go on, and the run exits 1);
+- ``fail_run_for``: the run exits 1 because of a host that stays active (``State.failed_hosts``,
+  which pyinfra_cli's exit reads): the audit's "not ready" verdict;
 - ``diff_requested`` / ``color_diff``: ``--diff`` (``Config.DIFF``) and pyinfra's coloured
   unified diff (``pyinfra.operations.util.files.generate_color_diff``);
 - ``StateCallback``: the base class of a state callback handler (``add_callback_handler``);
@@ -74,6 +76,7 @@ __all__ = [
     "diff_requested",
     "drop_connection",
     "fail_host",
+    "fail_run_for",
     "fit_cli_tables",
     "fitted_rows",
     "host_prefix",
@@ -317,6 +320,18 @@ def fail_host(host: Any) -> None:
         raise RuntimeError("fail_host() needs a pyinfra run")
     with contextlib.suppress(PyinfraError):
         state.fail_hosts({host})
+
+
+def fail_run_for(host: Any) -> None:
+    """Make the run exit 1 because of host, which stays active and ends its operations: the
+    verdict of a check, not an error (pyinfra_cli exits 1 when ``State.failed_hosts`` is not
+    empty; a host failed by ``State.fail_hosts`` or a failing command instead ends with
+    pyinfra's "Error: executed 0 commands" and, when it was the last host, "No hosts
+    remaining!")."""
+    state = current_state()
+    if state is None:
+        raise RuntimeError("fail_run_for() needs a pyinfra run")
+    state.failed_hosts.add(cast(Host, unproxied(host)))
 
 
 def diff_requested() -> bool:
