@@ -1,12 +1,12 @@
 """make docs: write the settings documentation generated from the schema.
 
 Every block between ``<!-- gpunode:generated NAME -->`` and ``<!-- /gpunode:generated -->``
-in README.md and in each role's defaults.py is rendered from the pydantic schema
-(gpunode.profile.docs):
+in docs/settings.md, docs/containers.md and each role's defaults.py is rendered from the
+pydantic schema (gpunode.profile.docs):
 
-- ``readme:node``: the host profile (NodeProfile), one row per setting;
-- ``readme:container``: a container on the Proxmox host (ContainerSpec);
-- ``readme:container-role``: the container role's settings (ContainerSettings);
+- ``docs:node``: the host profile (NodeProfile), one row per setting (docs/settings.md);
+- ``docs:container``: a container on the Proxmox host (ContainerSpec; docs/containers.md);
+- ``docs:container-role``: the container role's settings (ContainerSettings; the same);
 - ``role:NAME``: the fields gpunode.roles.NAME.defaults.READS names, of its SCHEMA.
 
 It also writes the profile's JSON Schema, gpunode/schema/node-profile.schema.json
@@ -31,7 +31,8 @@ from gpunode.roles.container.defaults import ContainerSettings
 
 REPO = Path(__file__).resolve().parents[1]
 ROLES = sorted(p.parent.name for p in (REPO / "gpunode" / "roles").glob("*/defaults.py"))
-FILES = [REPO / "README.md", *(REPO / "gpunode" / "roles" / r / "defaults.py" for r in ROLES)]
+DOCS = [REPO / "docs" / "settings.md", REPO / "docs" / "containers.md"]
+FILES = [*DOCS, *(REPO / "gpunode" / "roles" / r / "defaults.py" for r in ROLES)]
 BLOCK = re.compile(r"(<!-- gpunode:generated (?P<name>[\w:-]+) -->\n)(?P<body>.*?)"
                    r"(<!-- /gpunode:generated -->)", re.S)
 
@@ -40,7 +41,7 @@ HOST_COLUMNS = {"field": "field", "default": "default", "description": "what it 
                 "readback": "read back"}
 CONTAINER_COLUMNS = {"field": "field", "default": "default", "description": "what it is",
                      "why": "why", "runtime": "how it is applied"}
-README_MODELS = {"node": (NodeProfile, HOST_COLUMNS), "container": (ContainerSpec,
+DOC_MODELS = {"node": (NodeProfile, HOST_COLUMNS), "container": (ContainerSpec,
                  CONTAINER_COLUMNS), "container-role": (ContainerSettings, CONTAINER_COLUMNS)}
 
 
@@ -50,8 +51,8 @@ def role_defaults(role: str):
 
 def render(name: str) -> str:
     kind, _, arg = name.partition(":")
-    if kind == "readme":
-        model, columns = README_MODELS[arg]
+    if kind == "docs":
+        model, columns = DOC_MODELS[arg]
         return markdown_table(field_rows(model), columns)
     if kind == "role":
         module = role_defaults(arg)

@@ -97,3 +97,17 @@ def test_a_long_diff_line_folds_at_a_space_and_keeps_its_colour():
     assert " ".join(p.removeprefix("+ ... ") for p in plain).split() == line[5:-4].split()
     assert folded_diff_line("  short") == ["  short"]
     assert len(folded_diff_line("+ " + "x" * 200)) == 3  # no space: cut at the width
+
+
+def test_group_data_beside_the_inventory_holds_the_profile(tmp_path):
+    """pyinfra reads group_data/all.py (and group_data/GROUP.py) beside the inventory: a
+    profile there is validated like one in the inventory, naming host and field."""
+    (tmp_path / "group_data").mkdir()
+    (tmp_path / "group_data" / "all.py").write_text('gpunode = {"max_read_request": 3000}\n')
+    log = cli_log(tmp_path, ["deploy/site.py", "--dry"], {}, exit_codes=(1,))
+    assert "@local: gpunode.max_read_request: 3000 is not a MaxReadReq size" in log
+    (tmp_path / "group_data" / "all.py").write_text('gpunode = {"max_read_request": 1024}\n')
+    (tmp_path / "again").mkdir()
+    (tmp_path / "again" / "group_data").symlink_to(tmp_path / "group_data")
+    log = cli_log(tmp_path / "again", ["deploy/site.py", "--dry"], {})
+    assert "Set PCIe MaxReadReq=1024 on matched devices" in planned(log)
