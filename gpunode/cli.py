@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -43,12 +44,12 @@ from gpunode.profile.node import MAX_READ_REQUEST_SIZES, NodeProfile
 SCHEMA_FILE = Path(__file__).parent / "schema" / "node-profile.schema.json"
 
 
-def anchored(pattern: Any) -> str:
+def anchored(pattern: re.Pattern[str]) -> str:
     """A Python pattern used with fullmatch, as a JSON Schema (ECMA-262) pattern."""
     return f"^(?:{pattern.pattern})$"
 
 
-def hex_id(pattern: Any) -> str:
+def hex_id(pattern: re.Pattern[str]) -> str:
     """The selector's ids as the validator takes them: any case, an optional 0x."""
     return "^(?:0[xX])?(?:" + pattern.pattern.replace("0-9a-f", "0-9a-fA-F") + ")$"
 
