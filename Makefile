@@ -39,7 +39,8 @@ lint: $(VENV)/.installed
 unit: $(VENV)/.installed
 	$(PY) -m pytest tests/unit -q
 
-# The settings text of README.md and each role's defaults.py, from the schema (tools/docs.py).
+# The settings text of docs/ and each role's defaults.py, and the profile's JSON Schema
+# (gpunode/schema/node-profile.schema.json), from the pydantic schema (tools/docs.py).
 docs: $(VENV)/.installed
 	$(PY) -m tools.docs
 

@@ -2,4 +2,4 @@
 containers on it, ready to serve LLM inference. Call the deploys from your own deploy.py
 (gpunode.deploys) or run the repository's deploy/*.py files."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"

@@ -17,6 +17,8 @@ pyproject.toml), so an upgrade that changes one fails there and not in a deploy:
   and the ``[name] `` prefix of its log lines (``Host.print_prefix``);
 - ``fail_host``: mark a host failed before it gets an operation (``State.fail_hosts``; the
   other hosts go on, and the run exits 1);
+- ``fail_run_for``: the run exits 1 because of a host that stays active (``State.failed_hosts``,
+  which pyinfra_cli's exit reads): the audit's "not ready" verdict;
 - ``diff_requested`` / ``color_diff``: ``--diff`` (``Config.DIFF``) and pyinfra's coloured
   unified diff (``pyinfra.operations.util.files.generate_color_diff``);
 - ``checks_for_changes``: whether this run detects changes before executing (``--dry`` and
@@ -32,6 +34,10 @@ pyproject.toml), so an upgrade that changes one fails there and not in a deploy:
   (``_sudo``, ...) before the function's own, so a positional call (``site_tuning(profile)``)
   does not type-check. gpunode's operations are called with keywords (``name=``, then their
   own), which pyinfra's typing checks as it is: they use pyinfra's ``@operation``.
+
+At import, the installed pyinfra is checked against the range gpunode declares for it
+(``pyinfra>=3.10,<3.11`` in pyproject.toml, read back from the installed package's metadata
+with ``packaging``): another pyinfra stops with what is installed, what is wanted and the fix.
 """
 
 from __future__ import annotations
@@ -40,8 +46,11 @@ import contextlib
 import re
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
+from importlib import metadata
 from typing import Any, TypeVar, cast
 
+from packaging.requirements import Requirement
+from packaging.version import Version
 from pyinfra import state as _state_proxy
 from pyinfra.api import deploy as _pyinfra_deploy
 from pyinfra.api.exceptions import PyinfraError
@@ -52,6 +61,7 @@ from pyinfra.context import ctx_host, ctx_state
 from pyinfra.operations.util.files import generate_color_diff
 
 __all__ = [
+    "pyinfra_problem",
     "checks_for_changes",
     "color_diff",
     "current_host",
@@ -60,6 +70,7 @@ __all__ = [
     "diff_requested",
     "drop_connection",
     "fail_host",
+    "fail_run_for",
     "fit_cli_tables",
     "fitted_rows",
     "host_prefix",
@@ -72,6 +83,29 @@ __all__ = [
     "unproxied",
 ]
 
+def pyinfra_problem(installed: str, requires: Sequence[str]) -> str | None:
+    """Why this pyinfra can't run gpunode (None: it can): requires are gpunode's declared
+    requirements (the package metadata's Requires-Dist lines)."""
+    wanted = [Requirement(line) for line in requires]
+    pins = [r.specifier for r in wanted if r.name == "pyinfra" and not r.marker]
+    if not pins or Version(installed) in pins[0]:
+        return None
+    return (f"gpunode needs pyinfra {pins[0]} (it relies on pyinfra internals, "
+            f"gpunode/pyinfra_adapter.py); pyinfra {installed} is installed. "
+            f"Fix: pip install 'pyinfra{pins[0]}'")
+
+
+def _check_pyinfra() -> None:
+    try:
+        requires = metadata.requires("gpunode") or []
+    except metadata.PackageNotFoundError:  # a source tree on sys.path, not installed
+        return
+    problem = pyinfra_problem(metadata.version("pyinfra"), requires)
+    if problem:
+        raise ImportError(problem)
+
+
+_check_pyinfra()
 F = TypeVar("F", bound=Callable[..., None])
 
 
@@ -261,6 +295,18 @@ def fail_host(host: Any) -> None:
         raise RuntimeError("fail_host() needs a pyinfra run")
     with contextlib.suppress(PyinfraError):
         state.fail_hosts({host})
+
+
+def fail_run_for(host: Any) -> None:
+    """Make the run exit 1 because of host, which stays active and ends its operations: the
+    verdict of a check, not an error (pyinfra_cli exits 1 when ``State.failed_hosts`` is not
+    empty; a host failed by ``State.fail_hosts`` or a failing command instead ends with
+    pyinfra's "Error: executed 0 commands" and, when it was the last host, "No hosts
+    remaining!")."""
+    state = current_state()
+    if state is None:
+        raise RuntimeError("fail_run_for() needs a pyinfra run")
+    state.failed_hosts.add(cast(Host, unproxied(host)))
 
 
 def diff_requested() -> bool:

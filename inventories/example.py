@@ -3,7 +3,7 @@
     pyinfra inventories/example.py deploy/site.py --dry    # show the plan
     pyinfra inventories/example.py deploy/site.py          # apply and verify
 
-Every key under "gpunode" is a NodeProfile field (gpunode/profile/node.py, README "Settings");
+Every key under "gpunode" is a NodeProfile field (gpunode/profile/node.py, docs/settings.md);
 omitted keys keep the inference defaults. A YAML file can hold the profile instead:
 "gpunode_profile_file": "profiles/inference.yaml" (inline keys win over the file).
 """

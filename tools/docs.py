@@ -1,13 +1,16 @@
 """make docs: write the settings documentation generated from the schema.
 
 Every block between ``<!-- gpunode:generated NAME -->`` and ``<!-- /gpunode:generated -->``
-in README.md and in each role's defaults.py is rendered from the pydantic schema
-(gpunode.profile.docs):
+in docs/settings.md, docs/containers.md and each role's defaults.py is rendered from the
+pydantic schema (gpunode.profile.docs):
 
-- ``readme:node``: the host profile (NodeProfile), one row per setting;
-- ``readme:container``: a container on the Proxmox host (ContainerSpec);
-- ``readme:container-role``: the container role's settings (ContainerSettings);
+- ``docs:node``: the host profile (NodeProfile), one row per setting (docs/settings.md);
+- ``docs:container``: a container on the Proxmox host (ContainerSpec; docs/containers.md);
+- ``docs:container-role``: the container role's settings (ContainerSettings; the same);
 - ``role:NAME``: the fields gpunode.roles.NAME.defaults.READS names, of its SCHEMA.
+
+It also writes the profile's JSON Schema, gpunode/schema/node-profile.schema.json
+(gpunode.cli.schema_text: what ``python -m gpunode schema`` prints).
 
     python -m tools.docs          # rewrite the blocks
     python -m tools.docs --check  # exit 1 when a block differs (tests/unit/test_docs.py)
@@ -20,6 +23,7 @@ import re
 import sys
 from pathlib import Path
 
+from gpunode.cli import SCHEMA_FILE, schema_text
 from gpunode.profile.container import ContainerSpec
 from gpunode.profile.docs import field_rows, markdown_table, text_list
 from gpunode.profile.node import NodeProfile
@@ -27,7 +31,8 @@ from gpunode.roles.container.defaults import ContainerSettings
 
 REPO = Path(__file__).resolve().parents[1]
 ROLES = sorted(p.parent.name for p in (REPO / "gpunode" / "roles").glob("*/defaults.py"))
-FILES = [REPO / "README.md", *(REPO / "gpunode" / "roles" / r / "defaults.py" for r in ROLES)]
+DOCS = [REPO / "docs" / "settings.md", REPO / "docs" / "containers.md"]
+FILES = [*DOCS, *(REPO / "gpunode" / "roles" / r / "defaults.py" for r in ROLES)]
 BLOCK = re.compile(r"(<!-- gpunode:generated (?P<name>[\w:-]+) -->\n)(?P<body>.*?)"
                    r"(<!-- /gpunode:generated -->)", re.S)
 
@@ -36,7 +41,7 @@ HOST_COLUMNS = {"field": "field", "default": "default", "description": "what it 
                 "readback": "read back"}
 CONTAINER_COLUMNS = {"field": "field", "default": "default", "description": "what it is",
                      "why": "why", "runtime": "how it is applied"}
-README_MODELS = {"node": (NodeProfile, HOST_COLUMNS), "container": (ContainerSpec,
+DOC_MODELS = {"node": (NodeProfile, HOST_COLUMNS), "container": (ContainerSpec,
                  CONTAINER_COLUMNS), "container-role": (ContainerSettings, CONTAINER_COLUMNS)}
 
 
@@ -46,8 +51,8 @@ def role_defaults(role: str):
 
 def render(name: str) -> str:
     kind, _, arg = name.partition(":")
-    if kind == "readme":
-        model, columns = README_MODELS[arg]
+    if kind == "docs":
+        model, columns = DOC_MODELS[arg]
         return markdown_table(field_rows(model), columns)
     if kind == "role":
         module = role_defaults(arg)
@@ -60,7 +65,13 @@ def regenerate(text: str) -> str:
 
 
 def stale_files() -> list[Path]:
-    return [path for path in FILES if regenerate(path.read_text()) != path.read_text()]
+    stale = [path for path in FILES if regenerate(path.read_text()) != path.read_text()]
+    schema = SCHEMA_FILE.read_text() if SCHEMA_FILE.exists() else ""
+    return stale + ([SCHEMA_FILE] if schema != schema_text() else [])
+
+
+def generated(path: Path) -> str:
+    return schema_text() if path == SCHEMA_FILE else regenerate(path.read_text())
 
 
 def main(argv: list[str]) -> int:
@@ -70,7 +81,7 @@ def main(argv: list[str]) -> int:
             print(f"{path.relative_to(REPO)}: generated settings text differs: run make docs")
         return 1 if stale else 0
     for path in stale:
-        path.write_text(regenerate(path.read_text()))
+        path.write_text(generated(path))
         print(f"wrote {path.relative_to(REPO)}")
     return 0
 

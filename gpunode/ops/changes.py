@@ -12,6 +12,7 @@ unified diff (file_diff_lines()).
 
 from __future__ import annotations
 
+import re
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -30,6 +31,8 @@ from gpunode.pyinfra_adapter import (
 _STATE_ATTRIBUTE = "_gpunode_changes"
 _DIFFS_ATTRIBUTE = "_gpunode_diffs_shown"
 WIDTH = 100
+DIFF_INDENT = 10  # pyinfra's 4 columns, then the 6 of log_file_diff
+_COLOUR = re.compile(r"^(\x1b\[[0-9;]*m)?(.*?)(\x1b\[0m)?$", re.S)
 
 
 @dataclass(frozen=True)
@@ -129,6 +132,25 @@ def file_diff_lines(old_text: str | None, new_text: str) -> list[str]:
     return color_diff(old_lines, new_text.splitlines(keepends=True))
 
 
+def _cut(text: str, width: int) -> int:
+    """Where to cut text to width columns: after its last space past two thirds, else at width."""
+    space = text.rfind(" ", width * 2 // 3, width)
+    return space + 1 if space > 0 else width
+
+
+def folded_diff_line(line: str, width: int = WIDTH - DIFF_INDENT) -> list[str]:
+    """A diff line in lines of at most width columns: what goes past width continues on the
+    next line after the line's sign and '...' ('+ ... rest'), in the line's colour."""
+    start, text, end = _COLOUR.match(line).groups()  # type: ignore[union-attr]
+    parts, more = [], text[:1] + " ... "
+    while len(text) > width:
+        cut = _cut(text, width)
+        parts.append(text[:cut].rstrip())
+        text, width = more + text[cut:], WIDTH - DIFF_INDENT
+    parts.append(text)
+    return [f"{start or ''}{part}{end or ''}" for part in parts]
+
+
 def log_file_diff(path: str, old_text: str | None, new_text: str) -> None:
     """With --diff: the content change of path, once per host and run."""
     if current_state() is not None:
@@ -139,4 +161,5 @@ def log_file_diff(path: str, old_text: str | None, new_text: str) -> None:
         seen[key] = True
     _log(f"{'Will create' if old_text is None else 'Will modify'} {path}")
     for line in file_diff_lines(old_text, new_text):
-        logger.info("      %s", line)
+        for part in folded_diff_line(line):
+            logger.info("      %s", part)

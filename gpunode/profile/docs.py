@@ -3,7 +3,7 @@
 A field documents itself: its pydantic ``description`` (what it is), and in
 ``json_schema_extra=setting_doc(...)`` the audit finding it answers (``why``) and its three
 halves: ``runtime`` (what changes the live node now), ``persistence`` (what keeps it across
-a reboot) and ``readback`` (what confirms it). The README's settings tables and each role's
+a reboot) and ``readback`` (what confirms it). The settings tables of docs/ and each role's
 defaults text are rendered from that (``make docs``, tools/docs.py); tests/unit/test_docs.py
 fails when a generated block differs from what the schema renders.
 """
@@ -67,7 +67,7 @@ def doc_of(info: FieldInfo) -> SettingDoc:
 
 
 def shown(value: Any) -> str:
-    """A default as the README shows it (YAML-like: null, true, [a, b], {})."""
+    """A default as docs/settings.md shows it (YAML-like: null, true, [a, b], {})."""
     if value is None:
         return "null"
     if isinstance(value, bool):

@@ -29,7 +29,7 @@ def format_validation_error(host_name: str, error: ValidationError, prefix: str 
         field = ".".join(str(part) for part in (prefix, *item["loc"]) if part != "")
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
-            message = "unknown key: remove it or check its spelling (see README, Settings)"
+            message = "unknown key: remove it or check its spelling (docs/settings.md)"
         bad = item.get("input")
         got = "" if isinstance(bad, Mapping) else f" (got {shown(bad)})"
         lines.append(f"  {host_name}: {field or '<profile>'}: {message}{got}")

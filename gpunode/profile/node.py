@@ -1,7 +1,7 @@
 """NodeProfile: the declared state of one GPU host, validated before any host is touched.
 
 Every default is the inference profile; the figure behind each one is the audit of the 8-GPU
-PCIe node that ran at 3.4% of its theoretical decode speed (see README, "Settings").
+PCIe node that ran at 3.4% of its theoretical decode speed (see docs/settings.md).
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -46,6 +47,10 @@ class PyinfraRun:
         (where)'), without the prefix, in order, each once."""
         return change_lines(self.log)
 
+    def wide_lines(self) -> list[str]:
+        """The log's lines past 100 columns (colour codes not counted)."""
+        return wide_lines(self.log)
+
     def loaded_facts(self) -> list[str]:
         return loaded_facts(self.log)
 
@@ -71,6 +76,12 @@ def change_lines(log: str) -> list[str]:
         else:
             joinable = False
     return list(dict.fromkeys(lines))
+
+
+def wide_lines(log: str) -> list[str]:
+    """Lines of log wider than 100 columns once ANSI colour codes are taken out."""
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", log)
+    return [line for line in plain.splitlines() if len(line) > 100]
 
 
 def loaded_facts(log: str) -> list[str]:

@@ -111,6 +111,7 @@ def test_1_dry_run_lists_changes_and_changes_nothing(cycle):
 
     run = run_pyinfra(SITE, "--dry")
     assert run.returncode == 0, run.log
+    assert run.wide_lines() == []
     planned = run.planned_changes()
     for expected in (
         "Write /etc/sysctl.d/90-gpunode.conf",
@@ -124,7 +125,9 @@ def test_1_dry_run_lists_changes_and_changes_nothing(cycle):
         AUDIT, "-y", "--data", "report=json", "--data", f"report_dir={cycle['reports']}"
     )
     assert audit.returncode != 0, "a fresh node has open P0/P1 findings"
-    assert "audit failed" in audit.log
+    assert "audit failed" in audit.log and "not ready" in audit.log
+    assert "No hosts remaining" not in audit.log and "Error: executed" not in audit.log
+    assert audit.wide_lines() == []
     report = json.loads((cycle["reports"] / "gpunode-lab.json").read_text())
     assert report_counts(report).get("P0", 0) > 0
     assert live_state(vm, profile) == before
@@ -202,6 +205,7 @@ def test_4_reboot_allowed_applies_cmdline_and_boot_unit_reapplies(cycle):
     boot_before = vm.boot_id()
     run = run_pyinfra(SITE, "-y", env={"GPUNODE_LAB_REBOOT": "1"})
     assert run.returncode == 0, run.log
+    assert run.wide_lines() == []
     assert any("Reboot" in name for name in run.changed()), run.changed()
     assert vm.boot_id() != boot_before
     state = live_state(vm, profile)
@@ -255,14 +259,16 @@ def test_6_drift_is_named_exactly_and_repaired(cycle):
         f"sysctl -w kernel.numa_balancing=1 && sed -i '/vm.swappiness/d' {SYSCTL_FILE} "
         f"&& rmmod {module}",
     )
-    dry = run_pyinfra(SITE, "--dry")
+    dry = run_pyinfra(SITE, "--dry", "--diff")
     assert dry.returncode == 0, dry.log
+    assert dry.wide_lines() == []
     planned = sorted(name.rsplit(" | ", 1)[-1] for name in dry.planned_changes())
     assert planned == sorted(
         [f"Write {SYSCTL_FILE}", "Set sysctl values now", "Load kernel modules now"]
     )
     run = run_pyinfra(SITE, "-y")
     assert run.returncode == 0, run.log
+    assert run.wide_lines() == []
     assert_profile_live(live_state(vm, profile), profile)
     assert sh(vm, f"ls /var/lib/gpunode/backups{SYSCTL_FILE}.2*").strip()
     assert sh(vm, f"ls /var/lib/gpunode/originals{SYSCTL_FILE}.absent").strip()

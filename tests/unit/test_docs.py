@@ -1,7 +1,11 @@
-"""The schema is the one place a setting is documented: README's settings tables and each
-role's defaults list are what tools/docs.py renders from it (`make docs` writes them)."""
+"""The schema is the one place a setting is documented: the settings tables of docs/ and each
+role's defaults list are what tools/docs.py renders from it (`make docs` writes them). The
+README is a front door: small, its test command and CI figure stated, every link resolving."""
 
 from __future__ import annotations
+
+import re
+from pathlib import Path
 
 import pytest
 
@@ -17,10 +21,43 @@ def test_generated_text_is_what_the_schema_renders(path):
     assert docs.regenerate(text) == text, f"{path}: stale settings text: run make docs"
 
 
-def test_every_block_the_generator_knows_is_in_the_readme():
-    readme = (docs.REPO / "README.md").read_text()
-    for name in docs.README_MODELS:
-        assert f"<!-- gpunode:generated readme:{name} -->" in readme
+def test_every_block_the_generator_knows_is_in_the_docs():
+    text = "".join(path.read_text() for path in docs.DOCS)
+    for name in docs.DOC_MODELS:
+        assert text.count(f"<!-- gpunode:generated docs:{name} -->") == 1, name
+
+
+README = docs.REPO / "README.md"
+MARKDOWN = [README, docs.REPO / "bench" / "README.md", docs.REPO / "lab" / "README.md",
+            docs.REPO / "CHANGELOG.md", *sorted((docs.REPO / "docs").glob("*.md"))]
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+
+
+def links(path: Path) -> list[str]:
+    """The relative link targets of a Markdown file (web addresses and anchors left out)."""
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    return [t for t in LINK.findall(text) if not re.match(r"^[a-z]+:", t) and t[0] != "#"]
+
+
+def test_the_readme_is_a_front_door():
+    text = README.read_text()
+    assert len(text.encode()) <= 10 * 1024, f"README.md is {len(text.encode())} bytes"
+    assert max(len(line) for line in text.splitlines()) <= 100
+    assert "make test" in text and "the test command" in text  # .ci/run calls it
+    assert "37 min 53 s" in text  # CI's measured time
+    assert "python -m build" in text and "pip install gpunode" in text  # honest install
+
+
+@pytest.mark.parametrize("path", MARKDOWN, ids=lambda p: str(p.relative_to(docs.REPO)))
+def test_every_link_resolves(path):
+    broken = [t for t in links(path) if not (path.parent / t.split("#")[0]).resolve().exists()]
+    assert broken == [], f"{path.name}: links to nothing: {broken}"
+
+
+def test_every_page_of_docs_is_linked_from_the_readme():
+    linked = {(README.parent / t).resolve() for t in links(README)}
+    pages = set((docs.REPO / "docs").glob("*.md"))
+    assert {p.resolve() for p in pages} - linked == set()
 
 
 def test_every_host_setting_is_read_by_a_role_and_documented():

@@ -21,6 +21,8 @@ RANKS = {
     "gpunode.profile": 1,
     "gpunode.ops": 2,
     "gpunode.deploys": 4,
+    "gpunode.cli": 4,
+    "gpunode.__main__": 4,
 }
 ROLE_RANK = 3
 

@@ -308,3 +308,22 @@ def test_pyinfras_ssh_disconnect_leaves_its_client_open_so_drop_connection_close
         adapter.drop_connection(host)
     assert closed == [1] and host.connected is False
     assert not host.connector_data["sudo_askpass_path"]  # forgotten, not rm'd over a dead link
+
+
+def test_another_pyinfra_stops_at_import_with_the_fix():
+    """The range is gpunode's declared requirement (package metadata), compared by packaging."""
+    from importlib import metadata
+
+    from gpunode.pyinfra_adapter import pyinfra_problem
+
+    requires = ["jinja2>=3.1", "pyinfra>=3.10,<3.11", "pytest>=8; extra == 'test'"]
+    assert pyinfra_problem("3.10.0", requires) is None
+    assert pyinfra_problem("3.10.2", requires) is None
+    problem = pyinfra_problem("3.11.0", requires)
+    assert problem and "pyinfra 3.11.0 is installed" in problem
+    assert "Fix: pip install 'pyinfra" in problem
+    assert pyinfra_problem("3.9.2", requires)
+    assert pyinfra_problem("4.0", ["jinja2"]) is None  # no pin declared: nothing to check
+    installed = metadata.requires("gpunode") or []
+    assert pyinfra_problem(metadata.version("pyinfra"), installed) is None
+    assert any(line.startswith("pyinfra") and "<" in line for line in installed), installed

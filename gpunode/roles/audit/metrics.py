@@ -11,15 +11,16 @@ The same metric names come from two places, told apart by the `source` label:
     gpunode_pending_restart                  1 when a container only waits for a restart
     gpunode_last_check_timestamp_seconds     when the check ran (Unix time)
 
-Files are written whole: a temporary file in the same directory, renamed over the target.
+prometheus_client renders the text exposition format and writes the file whole (a temporary
+file in the same directory, renamed over the target).
 """
 
 from __future__ import annotations
 
 import os
-import tempfile
-from collections.abc import Iterable
 from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
 
 from gpunode.profile.check import Check
 
@@ -37,48 +38,35 @@ HELP = {
 }
 
 
-def label_value(text: str) -> str:
-    """Escape a label value for the text format (backslash, double quote, newline)."""
-    return text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+def _gauge(registry: CollectorRegistry, name: str, *labels: str) -> Gauge:
+    return Gauge(name, HELP[name], ["source", *labels], registry=registry)
 
 
-def _labels(source: str, **extra: str) -> str:
-    pairs = [("source", source), *extra.items()]
-    return "{" + ",".join(f'{k}="{label_value(v)}"' for k, v in pairs) + "}"
-
-
-def _family(name: str, samples: Iterable[tuple[str, float]]) -> list[str]:
-    lines = [f"# HELP {name} {HELP[name]}", f"# TYPE {name} gauge"]
-    lines += [f"{name}{labels} {value:g}" for labels, value in samples]
-    return lines
+def metrics_registry(settings: list[Check], checks: list[Check], source: str,
+                     now: float) -> CollectorRegistry:
+    """The metrics of one check run: settings = the profile's settings (tuning checks),
+    checks = every check of the run (findings and pending work)."""
+    registry = CollectorRegistry(auto_describe=True)
+    setting_ok = _gauge(registry, "gpunode_setting_ok", "setting")
+    seen: set[str] = set()
+    for check in settings:
+        if check.status in SETTING_STATUSES and check.name not in seen:
+            seen.add(check.name)
+            setting_ok.labels(source, check.name).set(1 if check.status == "ok" else 0)
+    findings = _gauge(registry, "gpunode_findings", "severity")
+    for severity in SEVERITIES:
+        findings.labels(source, severity).set(sum(c.status == severity for c in checks))
+    for what in ("reboot", "restart"):
+        waiting = any(c.pending == what and c.status != "ok" for c in checks)
+        _gauge(registry, f"gpunode_pending_{what}").labels(source).set(int(waiting))
+    _gauge(registry, "gpunode_last_check_timestamp_seconds").labels(source).set(now)
+    return registry
 
 
 def render_metrics(settings: list[Check], checks: list[Check], source: str,
                    now: float) -> str:
-    """The metrics file: settings = the profile's settings (tuning checks), checks = every
-    check of the run (findings and pending work)."""
-    seen: set[str] = set()
-    setting_samples = []
-    for check in settings:
-        if check.status in SETTING_STATUSES and check.name not in seen:
-            seen.add(check.name)
-            setting_samples.append((_labels(source, setting=check.name),
-                                    1.0 if check.status == "ok" else 0.0))
-    findings = {severity: 0 for severity in SEVERITIES}
-    for check in checks:
-        if check.status in findings:
-            findings[check.status] += 1
-    waiting = {what: any(c.pending == what and c.status != "ok" for c in checks)
-               for what in ("reboot", "restart")}
-    lines = [
-        *_family("gpunode_setting_ok", setting_samples),
-        *_family("gpunode_findings", [(_labels(source, severity=s), n)
-                                      for s, n in findings.items()]),
-        *_family("gpunode_pending_reboot", [(_labels(source), float(waiting["reboot"]))]),
-        *_family("gpunode_pending_restart", [(_labels(source), float(waiting["restart"]))]),
-        *_family("gpunode_last_check_timestamp_seconds", [(_labels(source), round(now))]),
-    ]
-    return "\n".join(lines) + "\n"
+    """The metrics as the Prometheus text exposition format (prometheus_client's)."""
+    return generate_latest(metrics_registry(settings, checks, source, now)).decode()
 
 
 def metrics_path(template: str, host_name: str) -> Path:
@@ -88,21 +76,13 @@ def metrics_path(template: str, host_name: str) -> Path:
     return Path(template.replace("{host}", safe))
 
 
-def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    """Write text to path whole: a temporary file beside it (not *.prom, so node_exporter
-    never reads it half-written), fsync, rename over path."""
+def write_textfile(path: Path, registry: CollectorRegistry, mode: int = 0o644) -> None:
+    """Write the metrics to path whole (prometheus_client's write_to_textfile: a temporary
+    file beside it whose name does not end in .prom, renamed over path), readable by
+    node_exporter whatever the umask."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(temp, mode)
-        os.replace(temp, path)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    write_to_textfile(str(path), registry)
+    os.chmod(path, mode)
 
 
 def write_node_metrics(host_name: str, target: object, settings: list[Check],
@@ -112,5 +92,5 @@ def write_node_metrics(host_name: str, target: object, settings: list[Check],
     if not target:
         return None
     path = metrics_path(str(target), host_name)
-    write_atomic(path, render_metrics(settings, checks, "audit", now))
+    write_textfile(path, metrics_registry(settings, checks, "audit", now))
     return path

@@ -11,17 +11,20 @@ from __future__ import annotations
 import json
 import re
 import textwrap
+import time
 from collections.abc import Iterable
+from datetime import datetime, timezone
 from pathlib import Path
 
+from gpunode import __version__
 from gpunode.profile.check import Check, open_count, subject_of
 
 RANK_ORDER = {"P0": 0, "P1": 1, "P2": 2}
 REPORT_FORMATS = {"json": ("json",), "md": ("md",), "both": ("json", "md"), "none": (),
                   "": ()}
 TABLE_WIDTH = 96  # pyinfra's logger indents by 4: the report stays within 100 columns
-LAST_MIN = 24
-TERMINAL_WIDTHS = {"check": 44, "live": 56, "want": 28}
+MIN_COLUMN = 12
+REPORT_SCHEMA_VERSION = 1
 
 
 # --- summary -----------------------------------------------------------------------------------
@@ -78,31 +81,41 @@ def pending_lines(host: str, checks: list[Check]) -> list[str]:
 # --- terminal table ------------------------------------------------------------------------------
 
 
-def _clip(text: str, width: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= width else text[: width - 1] + "~"
+def _widths(headers: list[str], rows: list[list[str]], keep: int, room: int) -> list[int]:
+    """Each column as wide as its widest cell; while the table is wider than room, the widest
+    column other than column `keep` (CHECK: names are never cut) gives a column, down to its
+    header or MIN_COLUMN, whichever is wider; its cells then wrap under themselves."""
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+    floors = [max(len(h), MIN_COLUMN) for h in headers]
+    floors[keep] = widths[keep]
+    for stage in (0, 1):  # then column `keep` too, when the others are at their floors
+        if stage:
+            floors[keep] = max(len(headers[keep]), MIN_COLUMN)
+        while sum(widths) + 2 * (len(widths) - 1) > room:
+            give = [i for i, w in enumerate(widths) if w > floors[i]]
+            if not give:
+                break
+            widths[max(give, key=lambda i: widths[i])] -= 1
+    return widths
 
 
 def _table(headers: list[str], rows: list[list[str]], indent: str = "  ",
-           width: int = TABLE_WIDTH) -> list[str]:
-    """Aligned columns, at most `width` wide: the last column wraps under itself, and when the
-    others leave it less than LAST_MIN columns the widest of them gives way (its cells end in
-    '~'; the JSON and Markdown reports keep every value whole)."""
-    widths = [len(h) for h in headers]
-    for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
-    lead = widths[:-1]
-    while lead and len(indent) + sum(lead) + 2 * len(lead) + LAST_MIN > width and max(lead) > 12:
-        lead[lead.index(max(lead))] -= 1
-    start = len(indent) + sum(lead) + 2 * len(lead)
-    last = max(LAST_MIN, width - start)
+           width: int = TABLE_WIDTH, keep: int = 0) -> list[str]:
+    """Aligned columns sized by their content, at most `width` wide (pyinfra indents by 4):
+    a cell longer than its column wraps under itself (the JSON and Markdown reports keep
+    every value on one line); column `keep` keeps its whole width."""
+    rows = [[" ".join(cell.split()) for cell in row] for row in rows]
+    widths = _widths(headers, rows, keep, width - len(indent))
 
     def lines(cells: list[str]) -> list[str]:
-        head = indent + "".join(_clip(c, w).ljust(w) + "  "
-                                for c, w in zip(cells, lead, strict=False))
-        wrapped = textwrap.wrap(" ".join(cells[-1].split()), last) or [""]
-        return [(head + wrapped[0]).rstrip()] + [" " * start + more for more in wrapped[1:]]
+        wrapped = [textwrap.wrap(c, w, break_on_hyphens=False) or [""]
+                   for c, w in zip(cells, widths, strict=True)]
+        out = []
+        for k in range(max(len(w) for w in wrapped)):
+            parts = [(col[k] if k < len(col) else "").ljust(w)
+                     for col, w in zip(wrapped, widths, strict=True)]
+            out.append((indent + "  ".join(parts)).rstrip())
+        return out
 
     out = lines(headers)
     for row in rows:
@@ -139,49 +152,47 @@ def fold_ok(checks: list[Check]) -> list[Check]:
     return out
 
 
+def _actionable_lines(actionable: list[Check]) -> list[str]:
+    """The ranked table, each row followed by its fix and why."""
+    rows = [[c.status, c.name, c.live, c.want, "yes" if c.deploy_fixes else "no"]
+            for c in actionable]
+    header, *body = _table(["RANK", "CHECK", "LIVE", "WANT", "SITE.PY"], rows, keep=1)
+    lines = [header]
+    starts = [i for i, line in enumerate(body) if line[2:4].strip()]  # a row's first line
+    for n, c in enumerate(actionable):
+        end = starts[n + 1] if n + 1 < len(starts) else len(body)
+        lines += body[starts[n]:end]
+        for label, text in (("fix", c.fix), ("why", c.note)):
+            if text:
+                lines += textwrap.wrap(" ".join(text.split()), TABLE_WIDTH,
+                                       initial_indent=f"        {label}: ",
+                                       subsequent_indent=" " * 13)
+    return lines
+
+
 def render_table(host: str, checks: list[Check]) -> str:
     """The terminal report of one host."""
-    w = TERMINAL_WIDTHS
     lines = [verdict(host, checks), ""]
     actionable = ranked(checks)
     if actionable:
         lines.append("Actionable, ranked (P0 runtime fix, P1 needs a reboot/restart, P2 minor)")
-        rows = []
-        fixes = []
-        for c in actionable:
-            rows.append([c.status, _clip(c.name, w["check"]), _clip(c.live, w["live"]),
-                         _clip(c.want, w["want"]), "yes" if c.deploy_fixes else "no"])
-            fixes.append(c.fix)
-        table = _table(["RANK", "CHECK", "LIVE", "WANT", "SITE.PY"], rows)
-        lines.append(table[0])
-        for row_line, fix, c in zip(table[1:], fixes, actionable, strict=True):
-            lines.append(row_line)
-            if fix:
-                lines += textwrap.wrap(" ".join(fix.split()), TABLE_WIDTH,
-                                       initial_indent="        fix: ", subsequent_indent=" " * 13)
-            if c.note:
-                lines += textwrap.wrap(" ".join(c.note.split()), TABLE_WIDTH,
-                                       initial_indent="        why: ", subsequent_indent=" " * 13)
+        lines += _actionable_lines(actionable)
         lines.append("")
     good = fold_ok([c for c in checks if c.status == "ok"])
     if good:
         lines.append("Confirmed good")
-        lines += _table(["CHECK", "LIVE", "NOTE"],
-                        [[_clip(c.name, w["check"]), _clip(c.live, w["live"] + 24),
-                          c.note] for c in good])
+        lines += _table(["CHECK", "LIVE", "NOTE"], [[c.name, c.live, c.note] for c in good])
         lines.append("")
     limits = fold_ok([c for c in checks if c.status == "limit"])
     if limits:
         lines.append("Known limits (the hardware's own: nothing to chase)")
         lines += _table(["CHECK", "LIVE", "WHY"],
-                        [[_clip(c.name, w["check"]), _clip(c.live, w["live"]),
-                          c.fix.removeprefix("none: ")] for c in limits])
+                        [[c.name, c.live, c.fix.removeprefix("none: ")] for c in limits])
         lines.append("")
     absent = [c for c in checks if c.status == "n/a"]
     if absent:
         lines.append("Not present / not applicable")
-        lines += _table(["CHECK", "WHY"],
-                        [[_clip(c.name, w["check"]), c.live] for c in absent])
+        lines += _table(["CHECK", "WHY"], [[c.name, c.live] for c in absent])
         lines.append("")
     for line in pending_lines(host, checks):
         lines += textwrap.wrap(line, TABLE_WIDTH, subsequent_indent="    ")
@@ -237,12 +248,18 @@ def render_markdown(host: str, checks: list[Check]) -> str:
 # --- JSON ---------------------------------------------------------------------------------------
 
 
-def to_json(host: str, checks: list[Check]) -> dict:
-    """The machine-readable report: verdict, counts, pending work and every check (ranked
-    first, then ok, limit, n/a; each as Check.model_dump())."""
+def to_json(host: str, checks: list[Check], now: float | None = None) -> dict:
+    """The machine-readable report: its schema version (REPORT_SCHEMA_VERSION: raised when a
+    key changes meaning or goes away), the gpunode version, host, when (UTC, ISO 8601),
+    verdict, counts, pending work and every check (ranked first, then ok, limit, n/a; each
+    as Check.model_dump())."""
     order = {"P0": 0, "P1": 1, "P2": 2, "ok": 3, "limit": 4, "n/a": 5}
+    when = datetime.fromtimestamp(time.time() if now is None else now, timezone.utc)
     return {
+        "schema_version": REPORT_SCHEMA_VERSION,
+        "gpunode_version": __version__,
         "host": host,
+        "timestamp": when.isoformat(timespec="seconds").replace("+00:00", "Z"),
         "ready": not open_count(checks),
         "open": open_count(checks),
         "exit_status": exit_status(checks),

@@ -6,11 +6,12 @@ through pyinfra's logger and writes the local report files. It reads and prints 
 at the first evaluation pyinfra makes of it:
 - `pyinfra INV deploy/audit.py --dry` and the interactive run: during change detection;
 - `pyinfra -y INV deploy/audit.py` (cron/CI): during execution (-y skips change detection).
-During execution, when any P0 or P1 is open, it yields one local FunctionCommand that logs
-"HOST: audit failed: N open (P0 a, P1 b)" and returns False: pyinfra marks that host failed
-and goes on with every other host (a raised exception would end the whole run at the first
-failing host, leaving the hosts still waiting for a slot of pyinfra's pool unaudited), then
-exits 1. Nothing of that command runs on the node.
+During execution, when any P0 or P1 is open, it logs the verdict "HOST: audit failed: N open
+(P0 a, P1 b): not ready (the report is above)" and makes the run exit 1
+(gpunode.pyinfra_adapter.fail_run_for): the host stays active, so pyinfra goes on with every
+other host and ends the way a run ends, with its results table, not with "Error: executed 0
+commands" / "No hosts remaining!" (a failing command or a raised exception would; an exception
+would also end the whole run at the first failing host).
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ import time
 from collections.abc import Iterable
 
 from pyinfra import host, logger
-from pyinfra.api import FunctionCommand, operation
+from pyinfra.api import operation
 
+from gpunode.ops.changes import wrapped
 from gpunode.profile.check import Check, open_count
 from gpunode.profile.node import NodeProfile
-from gpunode.pyinfra_adapter import in_execute_stage, run_store
+from gpunode.pyinfra_adapter import fail_run_for, in_execute_stage, run_store
 from gpunode.roles.audit.checks import audit_checks, tuning_checks
 from gpunode.roles.audit.metrics import write_node_metrics
 from gpunode.roles.audit.report import counts, render_table, write_reports
@@ -39,22 +41,17 @@ def _reports() -> dict[str, list[Check]]:
     return run_store(REPORTS_ATTRIBUTE)
 
 
+def _verdicts() -> dict[str, bool]:
+    """The hosts whose "not ready" verdict this run has said (once each)."""
+    return run_store(REPORTS_ATTRIBUTE + "_verdicts")
+
+
 def failure_message(host_name: str, checks: list[Check]) -> str:
     c = counts(checks)
     return (
-        f"{host_name}: audit failed: {c['P0'] + c['P1']} open (P0 {c['P0']}, P1 {c['P1']}); "
-        "see the report above"
+        f"{host_name}: audit failed: {c['P0'] + c['P1']} open (P0 {c['P0']}, P1 {c['P1']}): "
+        "not ready (the report is above)"
     )
-
-
-def fail_host_command(message: str) -> FunctionCommand:
-    """A local command that logs message as the host's error and fails the host."""
-
-    def fail(state, host) -> bool:  # noqa: ARG001 - pyinfra passes both by name
-        host.log_styled(message, fg="red", log_func=logger.error)
-        return False
-
-    return FunctionCommand(fail, (), {})
 
 
 def report_node(
@@ -89,7 +86,9 @@ def audit_node(profile: NodeProfile, formats: tuple[str, ...] = (), report_dir: 
                                      tuning_checks(profile, snap), checks, time.time())
         if written:
             logger.info(f"{host.name}: metrics written to {written}")
-    if in_execute_stage() and open_count(checks):
-        yield fail_host_command(failure_message(host.name, checks))
-        return
+    if in_execute_stage() and open_count(checks) and host.name not in _verdicts():
+        _verdicts()[host.name] = True
+        logger.warning(wrapped(failure_message(host.name, checks)))
+        fail_run_for(host)
     host.noop(f"audited: {open_count(checks)} open (P0/P1)")
+    yield from ()

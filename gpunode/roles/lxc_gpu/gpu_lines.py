@@ -13,6 +13,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpunode.facts.debversion import version_at_least
 from gpunode.facts.nvidia_devices import (
     DeviceNode,
     NvidiaMajors,
@@ -128,14 +129,7 @@ def passthrough_style(choice: str, pve_manager_version: str | None) -> tuple[str
     keys (pve-manager 8.2 or later), else ``mount``; an unknown version means ``mount``."""
     if choice in ("dev", "mount"):
         return choice, True
-    return ("dev" if _version_at_least(pve_manager_version, (8, 2)) else "mount"), False
-
-
-def _version_at_least(version: str | None, wanted: tuple[int, int]) -> bool:
-    match = re.match(r"^(\d+)\.(\d+)", version or "")
-    if match is None:
-        return False
-    return (int(match.group(1)), int(match.group(2))) >= wanted
+    return ("dev" if version_at_least(pve_manager_version, "8.2") else "mount"), False
 
 
 # --- which lines are GPU lines --------------------------------------------------------------

@@ -17,9 +17,10 @@ from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.metrics import (
     HELP,
     metrics_path,
+    metrics_registry,
     render_metrics,
-    write_atomic,
     write_node_metrics,
+    write_textfile,
 )
 from gpunode.roles.audit.summary import open_lines, run_summary, verified_text
 from gpunode.roles.verify_timer import render_script
@@ -61,15 +62,23 @@ def test_audit_metrics_parse_and_say_what_drifted():
     assert findings == {"P0": 1, "P1": 1, "P2": 1, "limit": 1}
     assert got[("gpunode_pending_reboot", (audit,))] == 1
     assert got[("gpunode_pending_restart", (audit,))] == 0
-    assert got[("gpunode_last_check_timestamp_seconds", (audit,))] == 1_700_000_000
+    assert got[("gpunode_last_check_timestamp_seconds", (audit,))] == 1_700_000_000.4
+
+
+def test_the_timestamp_keeps_all_its_digits():
+    """1796350123.456789 needs 16 significant digits: '%g' wrote 1.79635e+09 (~5,000 s off)."""
+    now = 1_796_350_123.456789
+    got = samples(render_metrics(SETTINGS, CHECKS, "audit", now=now))
+    assert got[("gpunode_last_check_timestamp_seconds", (("source", "audit"),))] == now
 
 
 def test_metrics_file_is_written_whole_and_readable(tmp_path):
     path = metrics_path(str(tmp_path / "prom" / "gpunode-{host}.prom"), "@pct/pve1:110")
     assert path.name == "gpunode-@pct_pve1_110.prom"
-    write_atomic(path, "a 1\n")
-    write_atomic(path, "a 2\n")
-    assert path.read_text() == "a 2\n"
+    write_textfile(path, metrics_registry(SETTINGS, CHECKS, "audit", 1.0))
+    write_textfile(path, metrics_registry(SETTINGS, CHECKS, "audit", 2.0))
+    assert samples(path.read_text())[
+        ("gpunode_last_check_timestamp_seconds", (("source", "audit"),))] == 2.0
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
     assert write_node_metrics("h", None, SETTINGS, CHECKS, 0) is None

@@ -18,7 +18,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-from pyinfra.api import FunctionCommand
 from pyinfra.api.state import StateStage
 from pyinfra.context import ctx_host, ctx_state
 
@@ -146,24 +145,27 @@ def test_audit_operation_yields_no_command_and_reports_once(tmp_path):
     assert host.noops == ["audited: 0 open (P0/P1)"] * 2
 
 
-def test_audit_operation_fails_the_host_on_p0_during_execution():
+def test_audit_operation_fails_the_run_on_p0_during_execution(caplog):
     output = (f"{MARKER}sysctl\n==> /proc/sys/vm/swappiness <==\n60\n\n"
               f"{MARKER}memlock_default\ninfinity\n\n")
-    host, state = RecordingHost({KernelParams: output}), SimpleNamespace()
+    host, state = RecordingHost({KernelParams: output}), SimpleNamespace(failed_hosts=set())
     host.name = "gpu-bad"
     profile = NodeProfile()
     # Change detection (and --dry) only prints: the failure belongs to the run.
     assert run_op(audit_node, StateStage.Prepare, host, state, profile=profile) == []
-    [command] = run_op(audit_node, StateStage.Execute, host, state, profile=profile)
+    assert state.failed_hosts == set()
+    # The run: no command at all; the verdict is logged once and the run will exit 1, the
+    # host staying active (pyinfra goes on with the other hosts and ends with its results).
+    assert run_op(audit_node, StateStage.Execute, host, state, profile=profile) == []
+    assert run_op(audit_node, StateStage.Execute, host, state, profile=profile) == []
     assert len(host.commands) == 1
-    # The host fails through a local command (pyinfra goes on with the other hosts), which
-    # logs why and runs nothing on the node.
-    assert isinstance(command, FunctionCommand)
-    assert command.function(state, host) is False
-    assert host.logged == [r"gpu-bad: audit failed: 1 open (P0 1, P1 0); see the report above"]
+    assert state.failed_hosts == {host}
+    said = [r.getMessage() for r in caplog.records if "audit failed" in r.getMessage()]
+    assert said == ["gpu-bad: audit failed: 1 open (P0 1, P1 0): not ready (the report is above)"]
     # With -y there is no change detection: the first evaluation reads and fails.
-    fresh = RecordingHost({KernelParams: output})
-    assert len(run_op(audit_node, StateStage.Execute, fresh, profile=profile)) == 1
+    fresh, fresh_state = RecordingHost({KernelParams: output}), SimpleNamespace(failed_hosts=set())
+    assert run_op(audit_node, StateStage.Execute, fresh, fresh_state, profile=profile) == []
+    assert fresh_state.failed_hosts == {fresh}
     assert all(writes_in(c) == [] for c in host.commands + fresh.commands)
 
 

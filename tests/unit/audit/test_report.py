@@ -105,6 +105,34 @@ def test_json_report(bad, good):
     assert to_json("gpu01", good)["ready"] is True
 
 
+def test_json_report_says_its_schema_version_gpunode_version_and_when(bad):
+    import gpunode
+
+    data = to_json("gpu07", bad, now=1_796_350_123.9)
+    assert list(data)[:4] == ["schema_version", "gpunode_version", "host", "timestamp"]
+    assert data["schema_version"] == 1 and data["gpunode_version"] == gpunode.__version__
+    assert data["timestamp"] == "2026-12-04T02:08:43Z"
+
+
+def test_table_columns_are_sized_by_content_and_names_are_never_cut():
+    """Two sysctls that share their first 12 characters stay apart; a long live value wraps
+    in its own column; the table stays within 96 columns (pyinfra adds 4)."""
+    checks = [Check(name=f"sysctl net.core.{key}", status="P0", live="212992",
+                    want="16777216", fix=f"sysctl -w net.core.{key}='16777216'")
+              for key in ("rmem_max", "rmem_default")]
+    checks.append(Check(name="PCIe MaxReadReq 0000:41:00.0 [10de:2204] x16",
+                        status="P1", live="4096 131072 33554432 " * 4, want="x" * 60, fix="f"))
+    text = render_table("h", checks)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 96, text
+    for check in checks:
+        assert any(f"  {check.name}  " in line for line in lines), check.name
+    assert "~" not in text
+    header = next(line for line in lines if line.strip().startswith("RANK"))
+    assert header.index("LIVE") - header.index("CHECK") == len(checks[2].name) + 2
+    assert header.rstrip().endswith("SITE.PY")
+
+
 def test_exit_status_and_verdict():
     assert exit_status([]) == 0
     assert verdict("h", []) == "h: READY: nothing open; P2 0, ok 0, limit 0, n/a 0"

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from gpunode.facts.debversion import compare_versions, version_key
+from gpunode.facts.debversion import compare_versions, version_at_least, version_key
 
 VERSIONS = [
     # kernel releases (uname -r) of Debian 12/13, backports, Proxmox VE 7-9, custom builds
@@ -24,6 +24,8 @@ VERSIONS = [
     "550.127.05-1~deb12u1", "550.127.05-1", "535.216.01-1~deb12u1", "580.65.06-0ubuntu1",
     "3.20251202.1~bpo13+1", "3.1.10-pve2", "0.8.0+pve3", "1.0", "1.0~rc1", "1.0~~",
     "1.0+1", "1.0-0", "1.0a", "1:0", "2:0.1", "7.0.0-5", "3.3.0-1+pmx12", "10.2",
+    # a colon in the upstream part (allowed after an epoch): the epoch is before the first
+    "1:2.0:3-1", "1:2.0:10-1", "1:2.0-1",
 ]
 
 
@@ -76,3 +78,17 @@ def test_the_issue_examples_without_dpkg():
     assert compare_versions("1.0~rc1", "1.0") < 0
     assert compare_versions("1:0", "2.4.0-pve1") > 0
     assert compare_versions("6.12.63+deb13-cloud-amd64", "6.12.63+deb13-amd64") > 0
+
+
+def test_a_colon_in_the_upstream_part_compares():
+    """The epoch ends at the first colon: "1:2.0:10-1" is epoch 1, upstream "2.0:10"."""
+    assert compare_versions("1:2.0:10-1", "1:2.0:3-1") > 0
+    assert compare_versions("1:2.0:3-1", "1:2.0-1") > 0
+    assert sorted(["1:2.0:10-1", "1:2.0:3-1", "2.0-1"], key=version_key) == [
+        "2.0-1", "1:2.0:3-1", "1:2.0:10-1"]
+
+
+def test_version_at_least():
+    assert version_at_least("8.2.4", "8.2") and version_at_least("9.0.3", "8.2")
+    assert not version_at_least("8.1.10", "8.2") and not version_at_least("7.4-3", "8.2")
+    assert not version_at_least(None, "8.2") and not version_at_least("not a version!", "8.2")
