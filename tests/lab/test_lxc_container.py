@@ -38,15 +38,15 @@ import time
 
 import pytest
 
-from gpunode.profile.container import ContainerSpec
-from gpunode.roles.lxc_gpu import pve_config
-from gpunode.roles.lxc_gpu.numa import GPU_NUMA_COMMAND, format_cpulist, parse_gpu_numa
-from gpunode.roles.lxc_gpu.passthrough import (
+from gpunode.facts import pve_config
+from gpunode.facts.gpu_numa import GPU_NUMA_COMMAND, format_cpulist, parse_gpu_numa
+from gpunode.facts.nvidia_devices import (
     NVIDIA_DEVICES_COMMAND,
     parse_nvidia_dev_listing,
     parse_nvidia_device_fact,
     parse_proc_devices,
 )
+from gpunode.profile.container import ContainerSpec
 from gpunode.roles.lxc_gpu.plan import edit_config_text
 from tests.lab.guest import sh
 

@@ -15,6 +15,7 @@ from gpunode.facts.cmdline import (
     split_cmdline,
 )
 from gpunode.facts.cpu import CpuState
+from gpunode.facts.nvidia_devices import DeviceNode
 from gpunode.ops.cmdline import grub_dropin_text, set_grub_default_entry
 from gpunode.ops.cpu import sysfs_loop
 from gpunode.ops.files import render_template
@@ -29,7 +30,6 @@ from gpunode.roles.container.plan import install_command
 from gpunode.roles.host_tuning import boot_script_variables
 from gpunode.roles.kernel import DEBIAN_GRUB_ENTRY, wanted_cmdline
 from gpunode.roles.lxc_gpu.ops import append_lines_command, guarded_write_commands
-from gpunode.roles.lxc_gpu.passthrough import DeviceNode
 from gpunode.roles.lxc_gpu.plan import new_container_lines
 
 GRUB = (Path(__file__).parents[1] / "data" / "grub" / "debian12-default-grub").read_text()

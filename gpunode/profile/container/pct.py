@@ -89,7 +89,7 @@ def pct_set_args(spec: ContainerSpec, current: dict[str, str]) -> list[str]:
     """argv of the ``pct set`` that converges the options that differ, or [].
 
     ``current`` is the main section of /etc/pve/lxc/VMID.conf (see
-    ``gpunode.roles.lxc_gpu.pve_config.main_options``). Compared: hostname, cores, memory,
+    ``gpunode.facts.pve_config.main_options``). Compared: hostname, cores, memory,
     swap, net0 (ignoring the hwaddr/type Proxmox adds, keeping the MAC), features,
     onboot. On a running container Proxmox applies hostname, cores and onboot at
     once, memory/swap live when it can, and parks the rest in [pve:pending].

@@ -8,15 +8,16 @@ import re
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from gpunode.roles.lxc_gpu.numa import GpuNuma, local_cpuset
-from gpunode.roles.lxc_gpu.pve_config import (
+from gpunode.facts.gpu_numa import GpuNuma, local_cpuset
+from gpunode.facts.pve_config import (
     cgroup_v1_entries,
+    dev_path,
     get,
     get_all,
     main_options,
+    mount_target,
     parse_pve_lxc_config,
 )
-from gpunode.roles.lxc_gpu.takeover import dev_path, mount_target
 
 
 class ContainerState(BaseModel):

@@ -41,8 +41,10 @@ from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 from gpunode.facts.apt import AptHolds
 from gpunode.facts.bundle import FactRead
 from gpunode.facts.dpkg import InstalledPackages, parse_dpkg_query
+from gpunode.facts.gpu_numa import GPU_NUMA_COMMAND, parse_gpu_numa
 from gpunode.facts.gpu_topology import GpuTopology, parse_gpu_topology
 from gpunode.facts.kernels import InstalledKernels, KernelPackages, parse_installed_kernels
+from gpunode.facts.lxc import parse_pct_list, parse_pve_lxc_config_fact
 from gpunode.facts.nvidia import (
     NvidiaDriverVersion,
     NvidiaSmi,
@@ -75,8 +77,6 @@ from gpunode.roles.audit.gpu_facts import (
     parse_nvlink_status,
     parse_unit_state,
 )
-from gpunode.roles.lxc_gpu.facts import parse_pct_list, parse_pve_lxc_config_fact
-from gpunode.roles.lxc_gpu.numa import GPU_NUMA_COMMAND, parse_gpu_numa
 
 __all__ = [
     "AUDIT_COMMAND",

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from gpunode.facts.cmdline import grub_cmdline_value
 from gpunode.facts.dpkg import upstream_version
+from gpunode.facts.gpu_numa import parse_cpulist
 from gpunode.facts.kernels import KernelPackages
 from gpunode.facts.nvidia import NvidiaSmiReport
 from gpunode.facts.pcie import PcieDevice
@@ -21,7 +22,6 @@ from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.container_facts import ContainerState
 from gpunode.roles.audit.gpu_checks import NOT_READ, lspci_gpus
 from gpunode.roles.audit.snapshot import NodeSnapshot
-from gpunode.roles.lxc_gpu.numa import parse_cpulist
 
 CONTAINER_MEMLOCK = "unlimited"
 _GRUB_KERNEL_RE = re.compile(r"with Linux (\S+)\s*$")

@@ -18,7 +18,7 @@ from dataclasses import asdict
 from pyinfra.api import FactBase
 
 from gpunode.facts.nvidia import parse_nvidia_proc_version
-from gpunode.roles.lxc_gpu.passthrough import parse_nvidia_dev_listing
+from gpunode.facts.nvidia_devices import parse_nvidia_dev_listing
 
 __all__ = [
     "CONTAINER_GPU_STATE_COMMAND",

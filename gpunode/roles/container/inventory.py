@@ -16,9 +16,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpunode.profile.container import ContainerSpec
+from gpunode.profile.container.declared import ContainerDeployError
 from gpunode.profile.loader import format_validation_error
 from gpunode.roles.container.defaults import CONTAINER_DATA_KEY, ContainerSettings
-from gpunode.roles.lxc_gpu.validate import ContainerDeployError
 
 __all__ = [
     "ContainerTarget",
@@ -120,7 +120,7 @@ def declared_specs(hosts: Iterable[Any]) -> dict[str, list[ContainerSpec]]:
     """Each host's well-formed container specs from its data alone (no facts), to look up
     an ``@pct`` container's spec when its Proxmox host is not part of this run (--limit).
     Malformed items are skipped here: validating that host reports them."""
-    from gpunode.roles.lxc_gpu.validate import declared_containers
+    from gpunode.profile.container.declared import declared_containers
 
     specs: dict[str, list[ContainerSpec]] = {}
     for host in hosts:

@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from gpunode.facts.nvidia_devices import NVIDIACTL_MINOR
+from gpunode.facts.pve_config import ConfigLine
 from gpunode.roles.lxc_gpu.gpu_lines import (
     ALLOW_KEY,
     CPUS_KEY,
@@ -28,8 +30,6 @@ from gpunode.roles.lxc_gpu.gpu_lines import (
     is_gpu_grant,
 )
 from gpunode.roles.lxc_gpu.line_edit import Edit, key_line, place
-from gpunode.roles.lxc_gpu.passthrough import NVIDIACTL_MINOR
-from gpunode.roles.lxc_gpu.pve_config import ConfigLine
 
 Grant = tuple[int, int | str]
 """(major, minor or ``"*"``)"""

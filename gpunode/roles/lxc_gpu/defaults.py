@@ -88,7 +88,7 @@ generated from it (make docs). GPU lines are computed from the host's /proc/devi
 """
 
 from gpunode.profile.container import ContainerSpec
-from gpunode.roles.lxc_gpu.validate import CONTAINERS_DATA_KEY
+from gpunode.profile.container.declared import CONTAINERS_DATA_KEY
 
 SCHEMA = ContainerSpec
 READS = tuple(ContainerSpec.model_fields)

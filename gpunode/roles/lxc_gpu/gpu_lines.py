@@ -9,19 +9,18 @@ path, a ``lxc.cgroup2.devices.allow`` rule by its type, major, minor and permiss
 
 from __future__ import annotations
 
-import posixpath
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from gpunode.roles.lxc_gpu.passthrough import (
+from gpunode.facts.nvidia_devices import (
     DeviceNode,
     NvidiaMajors,
     gpu_indices_on_host,
-    gpu_passthrough_lines,
     nvidia_majors,
 )
-from gpunode.roles.lxc_gpu.pve_config import ConfigLine
+from gpunode.facts.pve_config import ConfigLine, mount_target
+from gpunode.roles.lxc_gpu.passthrough import gpu_passthrough_lines
 
 MODESET_MINOR = 254
 DEV_KEY_RE = re.compile(r"^dev(\d+)$")
@@ -84,15 +83,8 @@ class GpuLines:
 # --- reading values -------------------------------------------------------------------------
 
 
-def normalize_target(path: str) -> str:
-    """``/dev/nvidia0``, ``dev/nvidia0`` and ``./dev//nvidia0`` -> ``dev/nvidia0``."""
-    return posixpath.normpath("/" + path.strip()).lstrip("/")
 
 
-def mount_target(value: str) -> str | None:
-    """The normalised target of an ``lxc.mount.entry`` value (fstab format), or None."""
-    fields = value.split()
-    return normalize_target(fields[1]) if len(fields) >= 2 else None
 
 
 def mount_source(value: str) -> str:
@@ -105,15 +97,6 @@ def mount_options(value: str) -> list[str]:
     return fields[3].split(",") if len(fields) >= 4 else []
 
 
-def dev_path(value: str) -> str:
-    """The path of a Proxmox ``devN`` value: ``/dev/nvidia0,gid=44`` or ``path=/dev/nvidia0``."""
-    for part in value.split(","):
-        key, sep, val = part.strip().partition("=")
-        if not sep:
-            return key
-        if key == "path":
-            return val
-    return ""
 
 
 def dev_denies_write(value: str) -> bool:

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from gpunode.roles.lxc_gpu import pve_config
+from gpunode.facts import pve_config
+from gpunode.facts.pve_config import ConfigLine, PveLxcConfig
 from gpunode.roles.lxc_gpu.gpu_lines import (
     ALLOW_KEY,
     CPUS_KEY,
@@ -21,7 +22,6 @@ from gpunode.roles.lxc_gpu.gpu_lines import (
     MOUNT_KEY,
     Decision,
 )
-from gpunode.roles.lxc_gpu.pve_config import ConfigLine, PveLxcConfig
 
 
 @dataclass

@@ -1,5 +1,5 @@
 """The lxc_gpu role's operations, on the Proxmox host: create a GPU container, converge its
-options and raw lxc.* lines, restart it only when allowed (facts from ``lxc_gpu.facts``):
+options and raw lxc.* lines, restart it only when allowed (facts from ``gpunode.facts.lxc``):
 
 - ``container_created(spec)``: ``pct create`` (stopped), the GPU lines appended to the fresh
   config (a new file has no [snapshot] or [pve:pending] section yet), ``pct start``;
@@ -26,7 +26,17 @@ from typing import Any
 from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
 
+from gpunode.facts import pve_config
 from gpunode.facts.cache import cached_fact
+from gpunode.facts.gpu_numa import GpuNuma
+from gpunode.facts.lxc import (
+    GpuNumaTopology,
+    LxcStartedConfig,
+    NvidiaDevices,
+    PctList,
+    PveLxcConfigText,
+)
+from gpunode.facts.nvidia_devices import DeviceNode
 from gpunode.facts.proxmox import PveVersion, PveVersionFact
 from gpunode.facts.sections import as_model, fact_data
 from gpunode.ops.changes import log_wrapped, report_change
@@ -41,16 +51,6 @@ from gpunode.profile.container import (
     pct_set_args,
 )
 from gpunode.pyinfra_adapter import current_state, host_prefix, is_executing, run_store
-from gpunode.roles.lxc_gpu import pve_config
-from gpunode.roles.lxc_gpu.facts import (
-    GpuNumaTopology,
-    LxcStartedConfig,
-    NvidiaDevices,
-    PctList,
-    PveLxcConfigText,
-)
-from gpunode.roles.lxc_gpu.numa import GpuNuma
-from gpunode.roles.lxc_gpu.passthrough import DeviceNode
 from gpunode.roles.lxc_gpu.plan import new_container_lines, restart_reasons, take_over
 from gpunode.roles.lxc_gpu.record import container_record, record_commands, recorded_after
 from gpunode.roles.lxc_gpu.takeover import Decision

@@ -26,6 +26,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpunode.facts import pve_config
+from gpunode.facts.gpu_numa import GpuNuma, local_cpuset
+from gpunode.facts.nvidia_devices import DeviceNode, gpu_indices_on_host
 from gpunode.profile.container import (
     ContainerSpec,
     cgroup_v1_warning,
@@ -34,13 +37,7 @@ from gpunode.profile.container import (
     pct_resize_args,
     pct_set_args,
 )
-from gpunode.roles.lxc_gpu import pve_config
-from gpunode.roles.lxc_gpu.numa import GpuNuma, local_cpuset
-from gpunode.roles.lxc_gpu.passthrough import (
-    DeviceNode,
-    gpu_indices_on_host,
-    gpu_passthrough_lines,
-)
+from gpunode.roles.lxc_gpu.passthrough import gpu_passthrough_lines
 from gpunode.roles.lxc_gpu.takeover import (
     ALLOW_KEY,
     CPUS_KEY,

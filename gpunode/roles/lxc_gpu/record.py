@@ -17,10 +17,10 @@ from typing import Any
 
 from pyinfra.api import FactBase, FileUploadCommand, StringCommand
 
+from gpunode.facts import pve_config
 from gpunode.facts.cache import cached_fact, changes_fact
 from gpunode.facts.owned import STATE_DIR
 from gpunode.facts.sections import FactModel, fact_data
-from gpunode.roles.lxc_gpu import pve_config
 
 RECORD_DIR = f"{STATE_DIR}/lxc"
 

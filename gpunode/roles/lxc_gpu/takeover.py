@@ -36,6 +36,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from gpunode.facts.nvidia_devices import DeviceNode, PassthroughError
+from gpunode.facts.pve_config import (
+    ConfigLine,
+    PveLxcConfig,
+    dev_path,
+    mount_target,
+    normalize_target,
+)
 from gpunode.roles.lxc_gpu.allow_lines import converge_allows, stale_allow
 from gpunode.roles.lxc_gpu.gpu_lines import (
     ALLOW_KEY,
@@ -49,21 +57,16 @@ from gpunode.roles.lxc_gpu.gpu_lines import (
     Decision,
     GpuLines,
     dev_denies_write,
-    dev_path,
     gpu_lines_for,
     in_scope_mount,
     in_scope_target,
     mount_options,
     mount_source,
-    mount_target,
-    normalize_target,
     nvidia_allow,
     parse_allow,
     passthrough_style,
 )
 from gpunode.roles.lxc_gpu.line_edit import Edit, apply_edit, converge_single, last, place
-from gpunode.roles.lxc_gpu.passthrough import DeviceNode, PassthroughError
-from gpunode.roles.lxc_gpu.pve_config import ConfigLine, PveLxcConfig
 
 __all__ = [
     "ALLOW_KEY",

@@ -22,9 +22,9 @@ from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
 from gpunode.facts.cache import cached_fact, changes_fact
+from gpunode.facts.lxc import PctList, PveLxcConfigText
 from gpunode.facts.sections import fact_data
 from gpunode.ops.changes import report_change
-from gpunode.roles.lxc_gpu.facts import PctList, PveLxcConfigText
 from gpunode.roles.lxc_gpu.ops import (
     _log_once as log_once,
 )

@@ -17,9 +17,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from pyinfra.api.exceptions import PyinfraError
-
+from gpunode.facts import pve_config
+from gpunode.facts.gpu_numa import GpuNuma, format_cpulist, parse_cpulist
+from gpunode.facts.lxc import (
+    GpuNumaTopology,
+    NvidiaDevices,
+    PveGuest,
+    PveGuests,
+    PveLxcConfigText,
+    existing_guest_names,
+)
 from gpunode.facts.nvidia import NvidiaDriverVersion
+from gpunode.facts.nvidia_devices import DeviceNode, PassthroughError, gpu_indices_on_host
 from gpunode.facts.proxmox import PveVersion, PveVersionFact
 from gpunode.facts.sections import as_model, fact_data
 from gpunode.profile.container import (
@@ -29,17 +38,11 @@ from gpunode.profile.container import (
     immutable_mismatches,
     validate_containers,
 )
-from gpunode.roles.lxc_gpu import pve_config
-from gpunode.roles.lxc_gpu.facts import (
-    GpuNumaTopology,
-    NvidiaDevices,
-    PveGuest,
-    PveGuests,
-    PveLxcConfigText,
-    existing_guest_names,
+from gpunode.profile.container.declared import (
+    CONTAINERS_DATA_KEY,
+    ContainerDeployError,
+    declared_containers,
 )
-from gpunode.roles.lxc_gpu.numa import GpuNuma, format_cpulist, parse_cpulist
-from gpunode.roles.lxc_gpu.passthrough import DeviceNode, PassthroughError, gpu_indices_on_host
 from gpunode.roles.lxc_gpu.plan import gpu_lines
 from gpunode.roles.lxc_gpu.takeover import passthrough_style
 
@@ -52,12 +55,6 @@ __all__ = [
     "read_host_facts",
     "validate_container_hosts",
 ]
-
-CONTAINERS_DATA_KEY = "gpunode_containers"
-
-
-class ContainerDeployError(PyinfraError, ValueError):
-    """Declared containers that can't be applied; one line per problem, naming the host."""
 
 
 @dataclass
@@ -76,12 +73,6 @@ class HostFacts:
     """pve-manager version ("8.2.4"); None when unknown."""
     numa: GpuNuma = field(default_factory=GpuNuma)
     """The NUMA nodes' CPUs and the GPUs' nodes (cpuset checks)."""
-
-
-def declared_containers(data: Any) -> Any:
-    """The raw ``gpunode_containers`` value of a host's data (None when absent)."""
-    getter = getattr(data, "get", None)
-    return getter(CONTAINERS_DATA_KEY) if getter else None
 
 
 

@@ -28,13 +28,13 @@ from gpunode.facts.nvidia import (
 )
 from gpunode.facts.pcie import PcieDevice, parse_lspci_vvv
 from gpunode.facts.proxmox import parse_proxmox_kernel_list, parse_pveversion
+from gpunode.facts.pve_config import parse_pve_lxc_config, render, with_lxc_entry
 from gpunode.ops.cpu import cpu_cmdline_params
 from gpunode.profile.node import DEFAULT_SYSCTLS, NodeProfile
 from gpunode.roles.audit.container_facts import ContainerState, container_state
 from gpunode.roles.audit.facts import IommuState
 from gpunode.roles.audit.gpu_facts import parse_gpu_details, parse_nvlink_status
 from gpunode.roles.audit.snapshot import NodeSnapshot
-from gpunode.roles.lxc_gpu.pve_config import parse_pve_lxc_config, render, with_lxc_entry
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 

@@ -9,6 +9,7 @@ from gpunode.facts.kernel_params import KernelParamsState
 from gpunode.facts.kernels import parse_installed_kernels, parse_kernel_packages
 from gpunode.facts.nvidia import parse_nvidia_smi_xml
 from gpunode.facts.proxmox import PveVersion, parse_proxmox_boot_tool_status
+from gpunode.facts.pve_config import parse_pve_lxc_config, render, with_lxc_entry
 from gpunode.ops.cmdline import set_grub_default_entry
 from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.checks import audit_checks
@@ -29,7 +30,6 @@ from gpunode.roles.audit.system_checks import (
     check_driver,
     check_kernel,
 )
-from gpunode.roles.lxc_gpu.pve_config import parse_pve_lxc_config, render, with_lxc_entry
 
 from ._nodes import (
     CT_MEMLOCK_8M,
@@ -389,8 +389,8 @@ def test_misconfigured_node_is_still_misconfigured_after_a_no_op():
 def test_container_cpuset_not_local_to_its_gpus():
     """GPU 0 of the composed config sits on node 1 of a two-socket host (the Xeon 8470Q node
     lists): unpinned, and pinned to node 0, it is reported; pinned to node 1 it is ok."""
+    from gpunode.facts.gpu_numa import parse_gpu_numa
     from gpunode.roles.audit.container_facts import container_state
-    from gpunode.roles.lxc_gpu.numa import parse_gpu_numa
 
     numa = parse_gpu_numa(
         read("lxc/numa-node-cpulist-xeon-8470q.txt")

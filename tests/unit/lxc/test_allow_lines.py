@@ -2,10 +2,11 @@
 8-GPU host of test_takeover (nvidia-frontend 195, nvidia-caps 235, nvidia-uvm 510): the lines
 are the ones the public configs of tests/data/lxc write, composed so each verdict shows."""
 
+from gpunode.facts import pve_config as pc
+from gpunode.facts.nvidia_devices import parse_nvidia_dev_listing, parse_proc_devices
+from gpunode.facts.pve_config import dev_path
 from gpunode.profile.container import ContainerSpec
-from gpunode.roles.lxc_gpu import pve_config as pc
-from gpunode.roles.lxc_gpu.gpu_lines import dev_path, parse_allow
-from gpunode.roles.lxc_gpu.passthrough import parse_nvidia_dev_listing, parse_proc_devices
+from gpunode.roles.lxc_gpu.gpu_lines import parse_allow
 from gpunode.roles.lxc_gpu.plan import edit_config_text, take_over
 from tests.unit.lxc._data import read
 

@@ -3,10 +3,10 @@ a container config that has them is reported with the lxc.cgroup2.* line to writ
 
 import pytest
 
+from gpunode.facts import pve_config as pc
 from gpunode.facts.proxmox import PveVersion
 from gpunode.profile.container import cgroup_v1_fix, parse_extra_lxc_line
 from gpunode.roles.audit.system_checks import check_containers
-from gpunode.roles.lxc_gpu import pve_config as pc
 from gpunode.roles.lxc_gpu.plan import plan_container
 from tests.unit.audit._nodes import gpu_container
 from tests.unit.audit.test_rules import bare

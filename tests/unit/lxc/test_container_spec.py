@@ -3,6 +3,7 @@
 import pytest
 from pydantic import ValidationError
 
+from gpunode.facts import pve_config as pc
 from gpunode.profile.container import (
     ContainerSpec,
     ContainerSpecError,
@@ -13,7 +14,6 @@ from gpunode.profile.container import (
     pct_set_args,
     validate_containers,
 )
-from gpunode.roles.lxc_gpu import pve_config as pc
 from tests.unit.lxc._data import read
 
 TEMPLATE = "local:vztmpl/debian-12-standard_12.7-1_amd64.tar.zst"

@@ -2,7 +2,7 @@
 
 import base64
 
-from gpunode.roles.lxc_gpu.facts import (
+from gpunode.facts.lxc import (
     LxcStartedConfig,
     NvidiaDevices,
     PctList,
@@ -15,7 +15,7 @@ from gpunode.roles.lxc_gpu.facts import (
     parse_pve_lxc_config_fact,
     pve_lxc_config_command,
 )
-from gpunode.roles.lxc_gpu.passthrough import DEVICE_FACT_SEPARATOR, NVIDIA_DEVICES_COMMAND
+from gpunode.facts.nvidia_devices import DEVICE_FACT_SEPARATOR, NVIDIA_DEVICES_COMMAND
 from tests.unit.lxc._data import read
 
 PCT_LIST = """VMID       Status     Lock         Name
@@ -102,7 +102,7 @@ def test_pve_guests_command_on_a_tree(tmp_path):
     """The real command, on a copy of the /etc/pve layout."""
     import subprocess
 
-    from gpunode.roles.lxc_gpu.facts import PVE_GUESTS_COMMAND
+    from gpunode.facts.lxc import PVE_GUESTS_COMMAND
 
     root = tmp_path / "pve"
     (root / "nodes/pve1/lxc").mkdir(parents=True)

@@ -2,8 +2,7 @@
 
 import pytest
 
-from gpunode.facts.sections import section_command
-from gpunode.roles.lxc_gpu.numa import (
+from gpunode.facts.gpu_numa import (
     GpuNuma,
     format_cpulist,
     gpu_nodes,
@@ -11,6 +10,7 @@ from gpunode.roles.lxc_gpu.numa import (
     parse_cpulist,
     parse_gpu_numa,
 )
+from gpunode.facts.sections import section_command
 from tests.unit.lxc._data import read
 
 

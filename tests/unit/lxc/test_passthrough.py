@@ -2,17 +2,17 @@
 
 import pytest
 
-from gpunode.roles.lxc_gpu.passthrough import (
+from gpunode.facts.nvidia_devices import (
     DEVICE_FACT_SEPARATOR,
     DeviceNode,
     PassthroughError,
     gpu_indices_on_host,
-    gpu_passthrough_lines,
     nvidia_majors,
     parse_nvidia_dev_listing,
     parse_nvidia_device_fact,
     parse_proc_devices,
 )
+from gpunode.roles.lxc_gpu.passthrough import gpu_passthrough_lines
 from tests.unit.lxc._data import read
 
 MOUNT = "none bind,optional,create=file"

@@ -1,8 +1,8 @@
 """The per-container plan: create, converge, and the restart / 'pending restart' rule."""
 
+from gpunode.facts import pve_config as pc
+from gpunode.facts.nvidia_devices import parse_nvidia_dev_listing, parse_proc_devices
 from gpunode.profile.container import ContainerSpec
-from gpunode.roles.lxc_gpu import pve_config as pc
-from gpunode.roles.lxc_gpu.passthrough import parse_nvidia_dev_listing, parse_proc_devices
 from gpunode.roles.lxc_gpu.plan import edit_config_text, plan_container
 from tests.unit.lxc._data import read
 

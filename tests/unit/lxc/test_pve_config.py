@@ -3,7 +3,7 @@ edits that land in the main section only, idempotence."""
 
 import pytest
 
-from gpunode.roles.lxc_gpu import pve_config as pc
+from gpunode.facts import pve_config as pc
 from tests.unit.lxc._data import ALL_CONFIGS, REAL_CONFIGS, read
 
 

@@ -1,8 +1,8 @@
 """'pending restart' is read from the live node: the declared lines against the LXC config
 the running container was started with (/var/lib/lxc/VMID/config)."""
 
+from gpunode.facts.nvidia_devices import parse_nvidia_dev_listing, parse_proc_devices
 from gpunode.profile.container import ContainerSpec
-from gpunode.roles.lxc_gpu.passthrough import parse_nvidia_dev_listing, parse_proc_devices
 from gpunode.roles.lxc_gpu.plan import (
     desired_lxc_lines,
     edit_config_text,

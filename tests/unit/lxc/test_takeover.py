@@ -11,9 +11,9 @@ from collections import Counter
 
 import pytest
 
+from gpunode.facts import pve_config as pc
+from gpunode.facts.nvidia_devices import parse_nvidia_dev_listing, parse_proc_devices
 from gpunode.profile.container import ContainerSpec
-from gpunode.roles.lxc_gpu import pve_config as pc
-from gpunode.roles.lxc_gpu.passthrough import parse_nvidia_dev_listing, parse_proc_devices
 from gpunode.roles.lxc_gpu.plan import edit_config_text, take_over
 from gpunode.roles.lxc_gpu.takeover import dev_path, mount_target, passthrough_style
 from tests.unit.lxc._data import ALL_CONFIGS, read
@@ -266,7 +266,7 @@ def test_passthrough_style(choice, version, expected):
 def test_cpuset_auto_pins_the_container_to_its_gpus_node_and_replaces_a_users_cpuset():
     """A hand-written cpuset elsewhere is replaced in place, and said so; the declared list
     wins over 'auto'; None leaves the user's line alone."""
-    from gpunode.roles.lxc_gpu.numa import GpuNuma
+    from gpunode.facts.gpu_numa import GpuNuma
 
     numa = GpuNuma(
         node_cpus={0: [0, 1, 2, 3], 1: [4, 5, 6, 7]},

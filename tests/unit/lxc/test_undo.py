@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from gpunode.roles.lxc_gpu import pve_config as pc
+from gpunode.facts import pve_config as pc
 from gpunode.roles.lxc_gpu.plan import new_container_lines
 from gpunode.roles.lxc_gpu.record import (
     LxcGpuRecords,

@@ -4,10 +4,10 @@ from types import SimpleNamespace
 
 import pytest
 
+from gpunode.facts.gpu_numa import GpuNuma
+from gpunode.facts.lxc import PveGuest
+from gpunode.facts.nvidia_devices import parse_nvidia_dev_listing, parse_proc_devices
 from gpunode.profile.container import ContainerSpecError
-from gpunode.roles.lxc_gpu.facts import PveGuest
-from gpunode.roles.lxc_gpu.numa import GpuNuma
-from gpunode.roles.lxc_gpu.passthrough import parse_nvidia_dev_listing, parse_proc_devices
 from gpunode.roles.lxc_gpu.validate import (
     ContainerDeployError,
     HostFacts,

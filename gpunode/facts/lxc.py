@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 
 from pyinfra.api import FactBase
 
-from gpunode.roles.lxc_gpu.numa import GPU_NUMA_COMMAND, GpuNuma, parse_gpu_numa
-from gpunode.roles.lxc_gpu.passthrough import NVIDIA_DEVICES_COMMAND, parse_nvidia_device_fact
+from gpunode.facts.gpu_numa import GPU_NUMA_COMMAND, GpuNuma, parse_gpu_numa
+from gpunode.facts.nvidia_devices import NVIDIA_DEVICES_COMMAND, parse_nvidia_device_fact
 
 __all__ = [
     "GpuNumaTopology",

@@ -21,6 +21,7 @@ return a new ``PveLxcConfig``; nothing is mutated.
 
 from __future__ import annotations
 
+import posixpath
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -316,3 +317,28 @@ def with_lxc_entry(config: PveLxcConfig, key: str, value: str) -> PveLxcConfig:
     lines = list(config.main.lines)
     new = ConfigLine(_format(key, value), "key", key=key, value=value)
     return _insert(config, _content_end(lines), [new])
+
+
+# --- GPU line values (what the container roles and the audit read of a line) ----------
+
+
+def normalize_target(path: str) -> str:
+    """``/dev/nvidia0``, ``dev/nvidia0`` and ``./dev//nvidia0`` -> ``dev/nvidia0``."""
+    return posixpath.normpath("/" + path.strip()).lstrip("/")
+
+
+def mount_target(value: str) -> str | None:
+    """The normalised target of an ``lxc.mount.entry`` value (fstab format), or None."""
+    fields = value.split()
+    return normalize_target(fields[1]) if len(fields) >= 2 else None
+
+
+def dev_path(value: str) -> str:
+    """The path of a Proxmox ``devN`` value: ``/dev/nvidia0,gid=44`` or ``path=/dev/nvidia0``."""
+    for part in value.split(","):
+        key, sep, val = part.strip().partition("=")
+        if not sep:
+            return key
+        if key == "path":
+            return val
+    return ""
