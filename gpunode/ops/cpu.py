@@ -11,7 +11,14 @@ from pyinfra.api import StringCommand, operation
 
 from gpunode.facts.bundle import FactRead
 from gpunode.facts.cache import cached_fact, changes_fact
-from gpunode.facts.cpu import CPU_SYSFS, CpuPower, CpuState, IdleState
+from gpunode.facts.cpu import (
+    CPU_SYSFS,
+    SHALLOW_LATENCY_US,
+    UNKNOWN_DEEP_DEPTH,
+    CpuPower,
+    CpuState,
+    IdleState,
+)
 from gpunode.facts.sections import as_model
 from gpunode.ops.changes import report_change
 from gpunode.ops.shell import script
@@ -26,6 +33,12 @@ CPU_READS = (FactRead(CpuPower, part=CPUIDLE), FactRead(CpuPower, part=CPUFREQ))
 def states_to_disable(states: list[IdleState], max_cstate: int) -> list[IdleState]:
     """Enabled idle states deeper than the cap (POLL is never disabled)."""
     return [s for s in states if s.depth > max_cstate and s.depth > 0 and not s.disabled]
+
+
+def cstate_script_variables() -> dict[str, int]:
+    """The limits of IdleState.depth for the shell's cstate_depth (gpunode-lib.sh.j2)."""
+    return {"cstate_shallow_latency_us": SHALLOW_LATENCY_US,
+            "cstate_unknown_depth": UNKNOWN_DEEP_DEPTH}
 
 
 def cpus_by_state(states: list[IdleState]) -> dict[int, list[int]]:
