@@ -333,7 +333,7 @@ def id_patterns(vendor: str | None, device_id: str | None, classes: list[str]) -
 
 
 def pci_id(device: PcieDevice) -> str:
-    """ "VENDOR:DEVICE:CLASS" of a function, as the patterns of `id_patterns()` read it."""
+    """A function's ids as the patterns of `id_patterns()` read them: VENDOR:DEVICE:CLASS."""
     return f"{device.vendor_id}:{device.device_id}:{device.class_id}".lower()
 
 
