@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from fnmatch import fnmatchcase
 from typing import Any
 
 from pyinfra.api import FactBase
@@ -316,32 +317,36 @@ def unreadable_note(devices: list[PcieDevice]) -> str:
     return f"lspci block(s) gpunode could not read, left alone: {listing}"
 
 
+def id_patterns(vendor: str | None, device_id: str | None, classes: list[str]) -> list[str]:
+    """The selector as shell glob patterns over a function's "VENDOR:DEVICE:CLASS" ids (lower-case
+    hex; CLASS is class and subclass, 4 digits): the one place the selector rule is written.
+
+    `vendor`/`device_id` None match any id. `classes` empty matches any class; otherwise one
+    pattern per entry: a 4-digit entry ("0302") must equal the class, a 2-digit one ("03" = every
+    display controller) is its first two digits. `matches()` here and the boot and verify scripts
+    (`case "$id" in $pattern`) test the same patterns, so they cannot disagree.
+    """
+    head = f"{(vendor or '*').lower()}:{(device_id or '*').lower()}"
+    if not classes:
+        return [f"{head}:*"]
+    return [f"{head}:{entry.lower()}{'??' if len(entry) == 2 else ''}" for entry in classes]
+
+
+def pci_id(device: PcieDevice) -> str:
+    """A function's ids as the patterns of `id_patterns()` read them: VENDOR:DEVICE:CLASS."""
+    return f"{device.vendor_id}:{device.device_id}:{device.class_id}".lower()
+
+
 def matches(
     device: PcieDevice,
     vendor: str | None,
     device_id: str | None,
     classes: list[str],
 ) -> bool:
-    """Select devices by vendor id, device id and class.
-
-    `vendor`/`device_id` None match anything. `classes` empty matches any class; otherwise the
-    device's class_id must equal an entry ("0302") or, for a 2-hex-digit entry ("03" = display
-    controllers), start with it. Comparison is case-insensitive.
-    """
-    if vendor is not None and device.vendor_id != vendor.lower():
-        return False
-    if device_id is not None and device.device_id != device_id.lower():
-        return False
-    if not classes:
-        return True
-    cls = device.class_id.lower()
-    if not cls:
-        return False
-    for entry in classes:
-        want = entry.lower()
-        if cls == want or (len(want) == 2 and cls.startswith(want)):
-            return True
-    return False
+    """Whether the selector (vendor id, device id, classes; rule: `id_patterns()`) selects the
+    device. Ids are fields without ':', so each '*' stands for one whole field."""
+    identity = pci_id(device)
+    return any(fnmatchcase(identity, p) for p in id_patterns(vendor, device_id, classes))
 
 
 _BDF_PART_RE = re.compile(r"^[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$")

@@ -9,7 +9,13 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 
-from gpunode.facts.cpu import CPU_SYSFS, CpuState, IdleState
+from gpunode.facts.cpu import (
+    CPU_SYSFS,
+    SHALLOW_LATENCY_US,
+    UNKNOWN_DEEP_DEPTH,
+    CpuState,
+    IdleState,
+)
 from gpunode.facts.snapshot import node
 from gpunode.ops.changes import report_change
 from gpunode.ops.shell import script
@@ -18,6 +24,12 @@ from gpunode.ops.shell import script
 def states_to_disable(states: list[IdleState], max_cstate: int) -> list[IdleState]:
     """Enabled idle states deeper than the cap (POLL is never disabled)."""
     return [s for s in states if s.depth > max_cstate and s.depth > 0 and not s.disabled]
+
+
+def cstate_script_variables() -> dict[str, int]:
+    """The limits of IdleState.depth for the shell's cstate_depth (gpunode-lib.sh.j2)."""
+    return {"cstate_shallow_latency_us": SHALLOW_LATENCY_US,
+            "cstate_unknown_depth": UNKNOWN_DEEP_DEPTH}
 
 
 def cpus_by_state(states: list[IdleState]) -> dict[int, list[int]]:

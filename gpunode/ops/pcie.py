@@ -13,6 +13,7 @@ from pyinfra.api import StringCommand, operation
 
 from gpunode.facts.pcie import (
     PcieDevice,
+    id_patterns,
     matches,
     unreadable_note,
 )
@@ -36,6 +37,33 @@ def mrrs_bits(size: int) -> int:
 def setpci_mrrs_argument(size: int) -> str:
     """setpci's masked write of MaxReadReq: 'CAP_EXP+8.w=5000:7000' for 4096."""
     return f"CAP_EXP+8.w={mrrs_bits(size):04x}:{MRRS_MASK:04x}"
+
+
+def mrrs_sizes_text() -> str:
+    """Device Control's MaxReadReq field (bits 14:12, hex) -> bytes, as the scripts look it up:
+    '0000=128 1000=256 ... 5000=4096'."""
+    return " ".join(f"{mrrs_bits(size):04x}={size}" for size in MAX_READ_REQUEST_SIZES)
+
+
+def mrrs_script_variables(size: int) -> dict[str, str]:
+    """What a shell script needs to write and read MaxReadReq (the shared shell library,
+    templates/shell/gpunode-lib.sh.j2): the field's mask, the wanted field, the size table and
+    setpci's masked write."""
+    return {
+        "mrrs_mask": f"0x{MRRS_MASK:04x}",
+        "mrrs_want": f"0x{mrrs_bits(size):04x}",
+        "mrrs_sizes": mrrs_sizes_text(),
+        "setpci_argument": setpci_mrrs_argument(size),
+    }
+
+
+def pcie_script_variables(selector: PcieSelector, size: int) -> dict:
+    """The PCIe rules of the boot and verify scripts, as data: the selector's id patterns
+    (gpunode.facts.pcie.id_patterns) and the MaxReadReq field; the scripts only iterate."""
+    return {
+        "pcie_patterns": id_patterns(selector.vendor, selector.device, selector.classes),
+        **mrrs_script_variables(size),
+    }
 
 
 def selected_devices(devices: list[PcieDevice], selector: PcieSelector) -> list[PcieDevice]:
@@ -71,11 +99,9 @@ def write_and_verify_command(
         "mrrs-write.sh.j2",
         bdf=bdf,
         size=size,
-        want=f"0x{mrrs_bits(size):04x}",
-        mask=f"0x{MRRS_MASK:04x}",
-        setpci_argument=setpci_mrrs_argument(size),
         refused_dir=refused_dir,
         devices_dir=devices_dir,
+        **mrrs_script_variables(size),
     )
 
 
@@ -133,6 +159,13 @@ ACS_P2P_BITS = ("ReqRedir", "CmpltRedir", "EgressCtrl")
 ACS_SETPCI_ARGUMENT = f"ECAP_ACS+0x6.w=0000:{ACS_REDIRECT_MASK:04x}"
 
 
+def acs_script_variables() -> dict:
+    """What a shell script needs to clear the redirect bits: their names, mask and setpci's
+    masked write (acs-write.sh.j2 and the boot script)."""
+    return {"acs_bits": list(ACS_REDIRECT_BITS), "acs_mask": f"0x{ACS_REDIRECT_MASK:04x}",
+            "acs_setpci_argument": ACS_SETPCI_ARGUMENT}
+
+
 def acs_redirecting(device: PcieDevice, bits: tuple[str, ...] = ACS_REDIRECT_BITS) -> list[str]:
     """The given ACSCtl bits set on a device ([] without an ACS capability)."""
     return [b for b in bits if (device.acs_ctl or {}).get(b)]
@@ -149,13 +182,8 @@ def bridges_above(devices: list[PcieDevice], paths: dict[str, list[str]],
 def acs_write_command(bdf: str, devices_dir: str = PCI_DEVICES_DIR) -> str:
     """Masked write of the redirect bits of ACS Control, read back; fails naming the bridge
     when a bit stays set (templates/shell/acs-write.sh.j2)."""
-    return script_text(
-        "acs-write.sh.j2",
-        bdf=bdf,
-        mask=f"0x{ACS_REDIRECT_MASK:04x}",
-        setpci_argument=ACS_SETPCI_ARGUMENT,
-        devices_dir=devices_dir,
-    )
+    return script_text("acs-write.sh.j2", bdf=bdf, devices_dir=devices_dir,
+                       **acs_script_variables())
 
 
 @operation()

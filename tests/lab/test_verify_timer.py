@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from gpunode.facts.pcie_refusals import REFUSED_DIR
 from gpunode.roles.verify_timer import VERIFY_TIMER
 from lab.vm import HOST_NAME
 from tests.lab.node_snapshot import METRICS_DIR, TIMER_PATHS
@@ -16,6 +17,7 @@ from tests.lab.pyinfra_cli import run_pyinfra
 pytestmark = pytest.mark.lab
 
 TIMER_ON = {"GPUNODE_LAB_VERIFY_TIMER": "1"}
+STANDIN = "8086:10d3"  # the lab selector's e1000e
 BEFORE: dict[str, str] = {}
 
 
@@ -35,6 +37,21 @@ def present(vm) -> str:
     return out
 
 
+def run_timer(vm) -> str:
+    """Run the timer's service now; its metrics file."""
+    rc, text, err = vm.ssh("systemctl start gpunode-verify.service && "
+                           f"cat {METRICS_DIR}/gpunode.prom")
+    assert rc == 0, err
+    return text
+
+
+def maxreadreq_samples(text: str) -> dict[str, float]:
+    return {sample.labels["setting"]: sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples
+            if sample.name == "gpunode_setting_ok"
+            and sample.labels.get("setting", "").startswith("PCIe MaxReadReq")}
+
+
 def test_timer_and_audit_metrics_show_a_drifted_sysctl(lab_vm, tmp_path):
     BEFORE["paths"] = present(lab_vm)
     run = run_pyinfra("deploy/site.py", "-y", env=TIMER_ON, timeout=900)
@@ -44,10 +61,7 @@ def test_timer_and_audit_metrics_show_a_drifted_sysctl(lab_vm, tmp_path):
     assert out.split() == ["enabled", "active"]
 
     def timer_metrics() -> str:
-        rc, text, err = lab_vm.ssh("systemctl start gpunode-verify.service && "
-                                   f"cat {METRICS_DIR}/gpunode.prom")
-        assert rc == 0, err
-        return text
+        return run_timer(lab_vm)
 
     setting = {"setting": "sysctl vm.swappiness", "source": "timer"}
     before = timer_metrics()
@@ -74,6 +88,24 @@ def test_timer_and_audit_metrics_show_a_drifted_sysctl(lab_vm, tmp_path):
     finally:
         lab_vm.ssh("sysctl -qw vm.swappiness=10")
     assert value(timer_metrics(), "gpunode_setting_ok", **setting) == 1
+
+
+def test_timer_reads_maxreadreq_on_the_matched_devices_only(lab_vm):
+    """The selector's patterns against the guest's real sysfs (the timer installed by the test
+    above): the two stand-ins' MaxReadReq is read-only in QEMU, so each has this boot's refusal
+    record (a limit, no sample). Without one's record, that one, and no other device, drifts."""
+    rc, out, err = lab_vm.ssh(f"ls {REFUSED_DIR}")
+    assert rc == 0, err
+    refused = out.split()
+    assert len(refused) == 2, refused
+    assert maxreadreq_samples(run_timer(lab_vm)) == {}
+    rc, _, err = lab_vm.ssh(f"mv {REFUSED_DIR}/{refused[0]} /root/")
+    assert rc == 0, err
+    try:
+        drifted = maxreadreq_samples(run_timer(lab_vm))
+    finally:
+        lab_vm.ssh(f"mv /root/{refused[0]} {REFUSED_DIR}/")
+    assert drifted == {f"PCIe MaxReadReq {refused[0]} [{STANDIN}]": 0}
 
 
 def test_turning_the_timer_off_takes_it_off(lab_vm):

@@ -11,8 +11,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from jinja2 import Environment, meta
 
+from gpunode.ops.cpu import cstate_script_variables
 from gpunode.ops.files import render_template
+from gpunode.ops.pcie import pcie_script_variables
 from gpunode.ops.shell import TEMPLATES
 from gpunode.profile.node import NodeProfile
 from gpunode.profile.sysctls import BEST_EFFORT_SYSCTLS
@@ -92,6 +95,25 @@ def test_the_runtime_values_are_the_lab_profiles():
     assert PLAY_VARS["max_cstate"] == PROFILE.max_cstate
     assert PLAY_VARS["governor"] == PROFILE.cpu_governor
     assert PLAY_VARS["selector"] == PROFILE.pcie_selector.model_dump()
+    rules = {**pcie_script_variables(PROFILE.pcie_selector, PROFILE.max_read_request),
+             **cstate_script_variables()}
+    assert {k: PLAY_VARS[k] for k in rules} == rules  # gpunode's rules, as the boot script's data
+
+
+def test_the_templates_includes_resolve_where_ansible_looks():
+    """Ansible's template action searches <playbook dir>/templates, the playbook dir and the
+    template's own folder (and their templates/): the shared shell library the boot script
+    includes is found through bench/ansible/templates (a link to gpunode's templates)."""
+    for task in PLAY["tasks"]:
+        args = task.get("ansible.builtin.template")
+        if args is None:
+            continue
+        src = Path(args["src"].replace("{{ templates_dir }}", str(
+            PLAYBOOK_FILE.parent / "../../gpunode/templates")))
+        roots = [PLAYBOOK_FILE.parent / "templates", PLAYBOOK_FILE.parent, src.parent,
+                 src.parent / "templates"]
+        for name in meta.find_referenced_templates(Environment().parse(src.read_text())):
+            assert name is not None and any((root / name).is_file() for root in roots), name
 
 
 def test_the_shquote_filter_ansible_loads_is_gpunodes():

@@ -80,11 +80,6 @@ def test_no_import_runs_back_up():
     assert upward == []
 
 
-# The one role-to-role import left, while the audit's snapshot moves to gpunode/facts
-# (issue 25, items 1 and 5): remove this entry with that move.
-ALLOWED_ROLE_IMPORTS = {("gpunode.roles.host_tuning", "gpunode.roles.audit.snapshot")}
-
-
 def role_to_role_imports(found: list[tuple[str, str]]) -> list[str]:
     """Every import of one role's module by another role's module."""
     return [
@@ -92,7 +87,6 @@ def role_to_role_imports(found: list[tuple[str, str]]) -> list[str]:
         for m, t in found
         if layer(m)[0] == layer(t)[0] == ROLE_RANK
         and layer(m)[1] != layer(t)[1]
-        and (m, t) not in ALLOWED_ROLE_IMPORTS
     ]
 
 

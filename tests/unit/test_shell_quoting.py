@@ -21,7 +21,7 @@ from tests.unit.test_hostile_values import ROOTS
 TEMPLATES = Path(__file__).parents[2] / "gpunode" / "templates"
 # Scripts, and files a shell sources (update-grub reads grub.d/*.cfg with '.').
 SHELL_TEMPLATES = sorted([*TEMPLATES.glob("shell/*.j2"), *TEMPLATES.glob("boot/*.sh.j2"),
-                          *TEMPLATES.glob("grub/*.cfg.j2")])
+                          *TEMPLATES.glob("verify/*.sh.j2"), *TEMPLATES.glob("grub/*.cfg.j2")])
 EXPRESSION = re.compile(r"{{(.*?)}}", re.S)
 
 

@@ -18,6 +18,7 @@ from gpunode.facts.snapshot import Needs, node
 from gpunode.ops import cpu, modules, pcie, sysctl
 from gpunode.ops.apt import packages_present
 from gpunode.ops.changes import log_wrapped
+from gpunode.ops.cpu import cstate_script_variables
 from gpunode.ops.files import template_file
 from gpunode.ops.preflight import uninstallable
 from gpunode.ops.services import systemd_booted, unit_enabled_and_running
@@ -50,17 +51,17 @@ def memlock_values(memlock: str | int) -> tuple[str, str]:
 
 
 def boot_script_variables(profile: NodeProfile) -> dict:
+    """The boot script's data: the profile's values and gpunode's rules as data (the
+    selector's patterns, the MaxReadReq field, the ACS mask, the C-state depth's limits)."""
     return {
         "max_read_request": profile.max_read_request,
-        "selector": profile.pcie_selector,
-        "setpci_argument": pcie.setpci_mrrs_argument(profile.max_read_request),
+        **pcie.pcie_script_variables(profile.pcie_selector, profile.max_read_request),
         "refused_dir": REFUSED_DIR,
         "max_cstate": profile.max_cstate,
+        **cstate_script_variables(),
         "governor": profile.cpu_governor,
         "acs_redirect_off": profile.pcie_acs_redirect == "off",
-        "acs_bits": pcie.ACS_REDIRECT_BITS,
-        "acs_mask": f"0x{pcie.ACS_REDIRECT_MASK:04x}",
-        "acs_setpci_argument": pcie.ACS_SETPCI_ARGUMENT,
+        **pcie.acs_script_variables(),
         "persistence": profile.gpu_persistence,
         "power_limits": power_limit_lines(profile.gpu_power_limit),
     }

@@ -1,12 +1,15 @@
 """verify_timer: drift you can watch between deploys (opt-in: profile field verify_timer).
 
 Installs /usr/local/sbin/gpunode-verify, a read-only shell script rendered from the profile
-(templates/verify/gpunode-verify.sh.j2: the wanted values are baked in, every value quoted),
-and gpunode-verify.service + .timer, which run it every verify_interval. The script reads the
-same live values as the deploy's verify (sysctls, modules, MaxReadReq, C-states, governor,
-cmdline, memlock, kernel pin) and writes Prometheus textfile-collector metrics to
-metrics_dir/gpunode.prom for node_exporter (names: gpunode.roles.audit.metrics). The node needs
-no Python and no gpunode: only sh, awk, pciutils and systemd.
+(templates/verify/gpunode-verify.sh.j2, every value quoted), and gpunode-verify.service +
+.timer, which run it every verify_interval. The script reads the same live values as the
+deploy's verify (sysctls, modules, MaxReadReq, C-states, governor, cmdline, memlock, kernel
+pin) and writes Prometheus textfile-collector metrics to metrics_dir/gpunode.prom for
+node_exporter (names: gpunode.roles.audit.metrics). What it checks and the wanted values are
+one list, verify_checks(); the rules it reads with (the selector's patterns, the MaxReadReq
+field, the C-state depth) are the deploy's data, through the shell library it shares with the
+boot script (templates/shell/gpunode-lib.sh.j2). The node needs no Python and no gpunode:
+only sh, pciutils and systemd.
 
 With verify_timer off, a node that still has the timer (on in an earlier run) gets it taken off
 (verify_timer_off): the timer stopped and disabled, the script and units put back as gpunode
@@ -25,9 +28,10 @@ from gpunode.facts.owned import (
 )
 from gpunode.facts.pcie_refusals import REFUSED_DIR
 from gpunode.facts.snapshot import Needs, node
-from gpunode.ops.cpu import cpu_cmdline_params
+from gpunode.ops.cpu import cpu_cmdline_params, cstate_script_variables
 from gpunode.ops.files import directory_present, render_template, template_file
 from gpunode.ops.modules import module_plan_for_host
+from gpunode.ops.pcie import pcie_script_variables
 from gpunode.ops.services import systemd_booted, unit_disabled, unit_enabled_and_running
 from gpunode.ops.undo import created_folder_removed, owned_file_removed
 from gpunode.profile.node import NodeProfile
@@ -60,24 +64,47 @@ def timer_installed() -> bool:
             or (systemd_booted() and (unit.active or unit.enabled)))
 
 
-def script_variables(profile: NodeProfile, cpu: CpuState, modules: list[str],
-                     kernel_pin: str | None) -> dict:
-    """What the script checks: the profile's wanted values for this node (pure)."""
+Check = tuple[str, str, str, str]
+"""One setting the script reads back: (check function, gpunode's setting name, wanted value,
+where: the /proc/sys path of a sysctl, else "")."""
+
+
+def verify_checks(profile: NodeProfile, cpu: CpuState, modules: list[str],
+                  kernel_pin: str | None) -> list[Check]:
+    """The settings the timer reads back and their wanted values on this node: the one list
+    (the script only compares; pure)."""
     cmdline = cpu_cmdline_params(cpu, profile.max_cstate, profile.amd_pstate)
     cmdline.update(profile.cmdline)
+    checks: list[Check] = [
+        ("sysctl", f"sysctl {key}", normalize_sysctl_value(value), key.replace(".", "/"))
+        for key, value in profile.sysctls.items()
+    ]
+    checks += [("module", f"module {name}", name, "") for name in modules]
+    checks.append(("mrrs", "PCIe MaxReadReq", str(profile.max_read_request), ""))
+    if profile.max_cstate is not None:
+        checks.append(("cstates", "C-states (cpuidle)", str(profile.max_cstate), ""))
+    if profile.cpu_governor:
+        checks.append(("governor", "CPU governor", profile.cpu_governor, ""))
+    checks += [("cmdline", f"cmdline {key}", format_param(key, value), "")
+               for key, value in cmdline.items()]
+    memlock = "infinity" if profile.memlock == "unlimited" else str(profile.memlock)
+    checks.append(("memlock", "memlock (systemd default)", memlock, ""))
+    if kernel_pin:
+        checks.append(("kernel", "kernel pin", kernel_pin, ""))
+    return checks
+
+
+def script_variables(profile: NodeProfile, cpu: CpuState, modules: list[str],
+                     kernel_pin: str | None) -> dict:
+    """The script's data: the checks, and gpunode's rules it reads with (the selector's
+    patterns, the MaxReadReq field, the C-state depth's limits) (pure)."""
     return {
         "metrics_file": metrics_file(profile),
-        "sysctls": {k: normalize_sysctl_value(v) for k, v in profile.sysctls.items()},
-        "modules": modules,
-        "max_read_request": profile.max_read_request,
-        "selector": profile.pcie_selector,
+        "checks": verify_checks(profile, cpu, modules, kernel_pin),
         "refused_dir": REFUSED_DIR,
         "sysctl_refused_dir": SYSCTL_REFUSED_DIR,
-        "max_cstate": profile.max_cstate,
-        "governor": profile.cpu_governor,
-        "cmdline": {k: format_param(k, v) for k, v in cmdline.items()},
-        "memlock": "infinity" if profile.memlock == "unlimited" else str(profile.memlock),
-        "kernel_pin": kernel_pin,
+        **pcie_script_variables(profile.pcie_selector, profile.max_read_request),
+        **cstate_script_variables(),
     }
 
 

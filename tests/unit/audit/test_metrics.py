@@ -105,11 +105,17 @@ def _fake_node(root: Path, swappiness: str, cmdline: str, grub: str) -> Path:
     gov = root / "sys/devices/system/cpu/cpu0/cpufreq"
     gov.mkdir(parents=True)
     (gov / "scaling_governor").write_text("powersave\n")
-    # Tools: an lspci/setpci pair for one matched device reading MaxReadReq 512, systemctl.
+    # PCI functions in sysfs: a matched GPU and a NIC the selector leaves alone; a setpci that
+    # reads MaxReadReq 512 for every device, and systemctl.
+    for bdf, ids in {"0000:01:00.0": ("0x10de", "0x20b5", "0x030200"),
+                     "0000:02:00.0": ("0x8086", "0x10d3", "0x020000")}.items():
+        device = root / "sys/bus/pci/devices" / bdf
+        device.mkdir(parents=True)
+        for name, value in zip(("vendor", "device", "class"), ids, strict=True):
+            (device / name).write_text(value + "\n")
     bin_dir = root / "bin"
     bin_dir.mkdir()
     tools = {
-        "lspci": "echo '0000:01:00.0 0302: 10de:20b5 (rev a1)'",
         "setpci": "echo 2910",  # DevCtl bits 14:12 = 2 -> 512 bytes
         "systemctl": "echo infinity",
     }
@@ -154,6 +160,9 @@ def test_verify_script_reports_drift_and_pending_reboot(tmp_path):
     assert got["sysctl net.ipv4.tcp_rmem"] == 1  # the kernel's tabs are folded
     assert got["module tcp_bbr"] == 1 and got["module nvidia_peermem"] == 0
     assert got["PCIe MaxReadReq 0000:01:00.0 [10de:20b5]"] == 0
+    assert not [name for name in got if "0000:02:00.0" in str(name)]  # not matched: not read
+    assert ("drifted: PCIe MaxReadReq 0000:01:00.0 [10de:20b5]: 512 bytes, wants 4096"
+            in run["stderr"])
     assert got["CPU governor"] == 0
     assert got["cmdline iommu"] == 0 and got["cmdline processor.max_cstate"] == 0
     assert got["memlock (systemd default)"] == 1
@@ -175,8 +184,9 @@ def test_verify_script_on_a_converged_node(tmp_path):
 
 def test_verify_script_quotes_every_value():
     text = render_script(NodeProfile(), CpuState(), ["tcp_bbr"], kernel_pin="6.8.12-4-pve")
-    assert "sysctl_check net.ipv4.tcp_rmem net/ipv4/tcp_rmem '4096 87380 134217728'" in text
-    assert "[ \"$live\" = 6.8.12-4-pve ]" in text  # shlex: safe values stay bare
+    assert ("check_sysctl 'sysctl net.ipv4.tcp_rmem' '4096 87380 134217728' net/ipv4/tcp_rmem"
+            in text)
+    assert "check_kernel 'kernel pin' 6.8.12-4-pve\n" in text  # shlex: safe values stay bare
     assert "OUT=/var/lib/prometheus/node-exporter/gpunode.prom" in text
 
 
