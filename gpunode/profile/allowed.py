@@ -12,6 +12,8 @@ import posixpath
 import re
 from typing import Literal, get_args
 
+from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
+
 #: Kernel module names (MODULE_NAME_LEN is 56); no leading '-' (it would be a modprobe option).
 MODULE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-]{0,55}")
 #: Dotted sysctl names ('vm.swappiness', 'net.ipv4.conf.eth0.rp_filter').
@@ -48,8 +50,14 @@ FS_TYPES = re.compile(r"[a-z0-9]{1,16}(?:;[a-z0-9]{1,16}){0,15}")
 TIME_SPAN = re.compile(r"[1-9][0-9]{0,5}(?:s|min|h|d)")
 #: An absolute directory of plain path characters (it lands in a unit file and a script).
 ABSOLUTE_DIR = re.compile(r"(?:/[A-Za-z0-9_.\-]{1,64}){1,16}")
-#: Control characters never belong in a config line.
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+#: The one text rule: every character some reader or writer of gpunode's files treats as a
+#: line break or a control: C0 (NUL, \n \r \v \f, the \x1c-\x1e separators ...), DEL, C1
+#: (\x85 NEL ...) and U+2028/U+2029, which are all of str.splitlines()'s separators.
+FORBIDDEN_TEXT = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+#: The old name of FORBIDDEN_TEXT, kept for the per-value checks that use it.
+CONTROL = FORBIDDEN_TEXT
+#: ASCII digits only: str.isdigit() and \d also take Arabic-Indic or full-width digits.
+ASCII_INTEGER = re.compile(r"[0-9]{1,20}")
 
 CpuGovernor = Literal[
     "performance", "powersave", "schedutil", "ondemand", "conservative", "userspace"
@@ -63,6 +71,41 @@ def shown(value: object, limit: int = 60) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}... ({len(str(value))} characters)"
+
+
+def forbidden_text(value: object) -> tuple[str, str] | None:
+    """(where, which) for the first line break or control character in value (a string, or
+    the keys, items and values of lists and mappings inside it), None when there is none:
+    ("item 2: ", "U+2028 at character 5 of '...'")."""
+    if isinstance(value, str):
+        bad = FORBIDDEN_TEXT.search(value)
+        if bad:
+            return "", f"U+{ord(bad.group()):04X} at character {bad.start() + 1} of {shown(value)}"
+        return None
+    if isinstance(value, dict):
+        places: list[tuple[str, object]] = [
+            (f"key {shown(key, 30)}: ", item) for key, item in value.items() for item in (key, item)
+        ]
+    elif isinstance(value, (list, tuple)):
+        places = [(f"item {index}: ", item) for index, item in enumerate(value)]
+    else:
+        return None
+    for where, item in places:
+        inner = forbidden_text(item)
+        if inner:
+            return where + inner[0], inner[1]
+    return None
+
+
+def check_text(value: object) -> object:
+    """The text rule as a pydantic before-validator: ValueError naming the character."""
+    found = forbidden_text(value)
+    if found:
+        raise ValueError(
+            f"{found[0]}holds a line break or control character ({found[1]}): give one line of "
+            "printable text"
+        )
+    return value
 
 
 def check(pattern: re.Pattern[str], value: object, what: str) -> str:
@@ -113,3 +156,19 @@ def check_path(value: str, what: str, absolute: bool | None = None) -> str:
         kind = {True: "an absolute", False: "a relative", None: "a"}[absolute]
         raise ValueError(f"{shown(value)} is not {what}: use {kind} path without '..' or '//'")
     return value
+
+
+class UserValues(BaseModel):
+    """Base of every model a user fills in (profile, container, container settings): unknown
+    keys are errors, values are frozen, and every field passes the one text rule
+    (check_text) before its own checks."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _one_line_of_text(cls, value: object, info: ValidationInfo) -> object:
+        annotation = cls.model_fields[info.field_name or ""].annotation
+        if isinstance(annotation, type) and issubclass(annotation, UserValues):
+            return value  # a nested model: its own fields are checked, by their names
+        return check_text(value)

@@ -10,8 +10,6 @@ import re
 from typing import Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationInfo,
     field_validator,
@@ -21,6 +19,7 @@ from pydantic import (
 from gpunode.facts.kernels import is_kernel_release
 from gpunode.profile.allowed import (
     ABSOLUTE_DIR,
+    ASCII_INTEGER,
     CLASS_ID,
     CMDLINE_KEY,
     CMDLINE_VALUE,
@@ -32,6 +31,7 @@ from gpunode.profile.allowed import (
     SYSCTL_KEY,
     TIME_SPAN,
     CpuGovernor,
+    UserValues,
     check,
     check_sysctl_value,
     shown,
@@ -48,10 +48,9 @@ MAX_CSTATE_LIMIT = 10
 MEMLOCK_LIMIT = 1 << 50
 
 
-class ProfileModel(BaseModel):
-    """Base for every profile model: unknown keys are errors, values are frozen."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class ProfileModel(UserValues):
+    """Base for every profile model: unknown keys are errors, values are frozen, text is one
+    line (UserValues)."""
 
 
 class PcieSelector(ProfileModel):
@@ -387,7 +386,8 @@ class NodeProfile(ProfileModel):
             out = {}
             for index, item in value.items():
                 text = str(index)
-                if isinstance(index, bool) or not text.isdigit() or int(text) > MAX_GPU_INDEX:
+                if (isinstance(index, bool) or not ASCII_INTEGER.fullmatch(text)
+                        or int(text) > MAX_GPU_INDEX):
                     raise ValueError(f"{shown(index)} is not a GPU index (0..{MAX_GPU_INDEX})")
                 out[int(text)] = _power_value(item)
             if not out:

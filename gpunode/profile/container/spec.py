@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator
 
-from gpunode.profile.allowed import shown
+from gpunode.profile.allowed import UserValues, shown
 from gpunode.profile.container.lxc_lines import parse_extra_lxc_line
 from gpunode.profile.container.values import (
     FEATURE_VALUES,
@@ -43,13 +43,12 @@ MAX_DISK_GIB = 1024 * 1024
 MAX_GPU_INDEX = 255
 MAX_MEMLOCK = 1 << 50
 # A Linux cpu/node list as cpuset.cpus and cpuset.mems take it: "0-15,32-47", "1".
-CPULIST_RE = re.compile(r"\d{1,5}(?:-\d{1,5})?(?:,\d{1,5}(?:-\d{1,5})?){0,255}")
+CPULIST_RE = re.compile(r"[0-9]{1,5}(?:-[0-9]{1,5})?(?:,[0-9]{1,5}(?:-[0-9]{1,5})?){0,255}")
 
 
-class ContainerSpec(BaseModel):
-    """One LXC container on a Proxmox GPU host, for LLM inference."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class ContainerSpec(UserValues):
+    """One LXC container on a Proxmox GPU host, for LLM inference (one-line text, unknown keys
+    refused: UserValues)."""
 
     vmid: int = Field(
         strict=True,
@@ -326,6 +325,10 @@ class ContainerSpec(BaseModel):
     def _cpuset(cls, value: str | None) -> str | None:
         if value is not None and value != "auto" and not CPULIST_RE.fullmatch(value):
             raise ValueError("must be 'auto', a list such as '0-15,32-47', or null")
+        for part in (value or "").split(","):
+            low, _, high = part.partition("-")
+            if high and int(high) < int(low):
+                raise ValueError(f"range {part!r} runs backwards: write it as '{high}-{low}'")
         return value
 
     @field_validator("nvidia_driver")
