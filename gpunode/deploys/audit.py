@@ -40,7 +40,7 @@ from gpunode.roles.audit.snapshot import AUDIT_READ, snapshot_reads
 def audit() -> None:
     """The read-only readiness report of this host (options: host data report, report_dir)."""
     fit_cli_tables()  # pyinfra's tables within 100 columns
-    profile = profiles_of_run(state.inventory)[host.name]
+    profile = profiles_of_run(state)[host.name]
     prefetch([*snapshot_reads(profile).values(), AUDIT_READ])
 
     try:

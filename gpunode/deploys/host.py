@@ -27,7 +27,7 @@ def host_tuning_only() -> None:
     """sysctls, modules, MaxReadReq, ACS, C-states, governor, memlock, GPU persistence and
     power limits; then verify."""
     fit_cli_tables()  # pyinfra's tables within 100 columns
-    profile = profiles_of_run(state.inventory)[host.name]
+    profile = profiles_of_run(state)[host.name]
     record = (sorted(profile.sysctls), profile.modules, BOOT_UNIT, [PERSISTENCED_UNIT])
     prefetch([*record_reads(*record), *host_tuning_reads(profile), *gpu_runtime_reads(profile),
               *verify_prefetch(profile)])

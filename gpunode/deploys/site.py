@@ -34,7 +34,7 @@ def site() -> None:
     """Host tuning, GPU runtime, NVIDIA driver pin and flavour, the verify timer (opt-in),
     kernel cmdline and pin (reboot if allowed), verify."""
     fit_cli_tables()  # pyinfra's tables within 100 columns
-    profile = profiles_of_run(state.inventory)[host.name]
+    profile = profiles_of_run(state)[host.name]
     record = (sorted(profile.sysctls), profile.modules, BOOT_UNIT, [PERSISTENCED_UNIT])
     prefetch([*record_reads(*record), *host_tuning_reads(profile), *gpu_runtime_reads(profile),
               *nvidia_driver_reads(profile), *kernel_reads(profile), *verify_prefetch(profile),

@@ -63,7 +63,7 @@ def undo() -> None:
     """Put this host back as gpunode found it: its containers' GPU lines first (their
     records live under /var/lib/gpunode, which the host's undo removes last)."""
     fit_cli_tables()  # pyinfra's tables within 100 columns
-    profile = profiles_of_run(state.inventory)[host.name]
+    profile = profiles_of_run(state)[host.name]
     targets = undo_targets(profile)
     recorded_state()  # read first: its sysctl keys name the next reads
     prefetch([*undo_reads(targets), FactRead(LxcGpuRecords)])

@@ -7,9 +7,11 @@ pydantic's error names the field and the loader adds host and value.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import posixpath
 import re
+from collections.abc import Iterable
 from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, ValidationInfo, field_validator
@@ -106,6 +108,12 @@ def check_text(value: object) -> object:
             "printable text"
         )
     return value
+
+
+def did_you_mean(word: str, choices: Iterable[str]) -> str:
+    """"; did you mean 'x'?" for the closest choice (difflib), '' when none is close."""
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 def check(pattern: re.Pattern[str], value: object, what: str) -> str:

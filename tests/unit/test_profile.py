@@ -171,6 +171,6 @@ def test_a_run_validates_its_inventory_once(monkeypatch):
     real = loader.validate_hosts
     monkeypatch.setattr(loader, "validate_hosts", lambda hosts: calls.append(1) or real(hosts))
     with ctx_state.use(state):
-        first = profiles_of_run(state.inventory)
-        assert profiles_of_run(state.inventory) is first
+        first = profiles_of_run(state)
+        assert profiles_of_run(state) is first
     assert sorted(first) == ["a", "b"] and len(calls) == 1
