@@ -40,6 +40,7 @@ from gpunode.facts.cmdline import (
 )
 from gpunode.facts.owned import written_path
 from gpunode.facts.sections import as_model
+from gpunode.facts.shell_assign import ShellValueError, assignment_line
 from gpunode.ops.changes import report_change, shorten
 from gpunode.ops.files import (
     atomic_write_commands,
@@ -56,7 +57,7 @@ _GRUB_DEFAULT_LINE = re.compile(r"^[ \t]*GRUB_DEFAULT=.*$", re.MULTILINE)
 
 def set_grub_default_entry(text: str, entry: str) -> str:
     """Set GRUB_DEFAULT to a menu entry path (replace the last assignment, or add one)."""
-    line = f'GRUB_DEFAULT="{entry}"'
+    line = assignment_line("GRUB_DEFAULT", entry)
     matches = list(_GRUB_DEFAULT_LINE.finditer(text))
     if matches:
         last = matches[-1]
@@ -184,6 +185,15 @@ def kernel_cmdline(
     """
     state = as_model(CmdlineState, cached_fact(KernelCmdline))
     changes_fact(KernelCmdline)  # declared always: only a changing run's declaration counts
+    try:
+        yield from _kernel_cmdline(state, params, bootloader, grub_default_entry)
+    except ShellValueError as exc:
+        raise OperationError(f"{host.name}: {exc}") from None
+
+
+def _kernel_cmdline(state: CmdlineState, params: dict[str, str | None], bootloader: str,
+                    grub_default_entry: str | None):
+    """kernel_cmdline's commands (see there)."""
     if uses_systemd_boot(state, bootloader):
         if state.kernel_cmdline_text is None:
             raise OperationError(

@@ -14,7 +14,7 @@ from pyinfra import host, logger
 from gpunode.facts.apt import AptHolds
 from gpunode.facts.bundle import FactRead
 from gpunode.facts.cache import cached_fact
-from gpunode.facts.cmdline import CmdlineState, KernelCmdline, missing_params
+from gpunode.facts.cmdline import GRUB_CMDLINE_VAR, CmdlineState, KernelCmdline, missing_params
 from gpunode.facts.cpu import CpuPower, CpuState
 from gpunode.facts.kernels import InstalledKernels, KernelPackages
 from gpunode.facts.proxmox import (
@@ -25,6 +25,7 @@ from gpunode.facts.proxmox import (
     esp_problem_message,
 )
 from gpunode.facts.sections import as_model
+from gpunode.facts.shell_assign import ShellValueError
 from gpunode.ops import proxmox
 from gpunode.ops.apt import apt_hold
 from gpunode.ops.changes import log_wrapped
@@ -82,12 +83,21 @@ def kernel_pin_for_host(profile: NodeProfile) -> KernelPin | None:
 
 
 def kernel_problems(profile: NodeProfile) -> list[str]:
-    """What can't succeed, known before any change: a pinned kernel that isn't installed."""
+    """What can't succeed, known before any change: a pinned kernel that isn't installed, a
+    GRUB assignment gpunode can't rewrite without changing its meaning (shell_assign)."""
+    problems = []
     try:
         kernel_pin_for_host(profile)
     except ProfileError as exc:
-        return [str(exc)]
-    return []
+        problems.append(str(exc))
+    state = as_model(CmdlineState, cached_fact(KernelCmdline))
+    if state.grub_default_text is not None and not uses_systemd_boot(state, profile.bootloader):
+        try:
+            for var in (GRUB_CMDLINE_VAR, "GRUB_DEFAULT"):
+                state.grub_value(var)
+        except ShellValueError as exc:
+            problems.append(str(exc))
+    return problems
 
 
 class BootPlan(BaseModel):
