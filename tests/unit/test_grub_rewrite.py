@@ -9,8 +9,13 @@ import subprocess
 
 import pytest
 
-from gpunode.facts.cmdline import edit_grub_default, grub_cmdline_value, grub_effective_value
-from gpunode.facts.cmdline import merge_cmdline, split_cmdline
+from gpunode.facts.cmdline import (
+    edit_grub_default,
+    grub_cmdline_value,
+    grub_effective_value,
+    merge_cmdline,
+    split_cmdline,
+)
 from gpunode.facts.shell_assign import ShellValueError, shell_quoted
 
 VAR = "GRUB_CMDLINE_LINUX_DEFAULT"
