@@ -5,6 +5,7 @@ from pyinfra import host, state
 
 from gpunode.facts.cache import prefetch
 from gpunode.ops.preflight import refuse_host
+from gpunode.ops.state import state_problems
 from gpunode.profile.loader import profiles_of_run
 from gpunode.pyinfra_adapter import fit_cli_tables
 from gpunode.roles.audit.verify import verify_node, verify_prefetch
@@ -32,7 +33,7 @@ def host_tuning_only() -> None:
     prefetch([*record_reads(*record), *host_tuning_reads(profile), *gpu_runtime_reads(profile),
               *verify_prefetch(profile)])
     gpu_runtime_problems(host.name, profile)  # refuses before any change
-    if refuse_host(host_tuning_problems()):
+    if refuse_host([*state_problems(), *host_tuning_problems()]):
         return
 
     record_state(*record)

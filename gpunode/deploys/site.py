@@ -9,6 +9,7 @@ from pyinfra import host, state
 
 from gpunode.facts.cache import prefetch
 from gpunode.ops.preflight import refuse_host
+from gpunode.ops.state import state_problems
 from gpunode.profile.loader import profiles_of_run
 from gpunode.pyinfra_adapter import fit_cli_tables
 from gpunode.roles.audit.verify import verify_node, verify_prefetch
@@ -40,7 +41,7 @@ def site() -> None:
               *nvidia_driver_reads(profile), *kernel_reads(profile), *verify_prefetch(profile),
               *verify_timer_reads(profile)])
     gpu_runtime_problems(host.name, profile)  # refuses before any change
-    if refuse_host([*host_tuning_problems(), *kernel_problems(profile)]):
+    if refuse_host([*state_problems(), *host_tuning_problems(), *kernel_problems(profile)]):
         return
 
     record_state(*record)

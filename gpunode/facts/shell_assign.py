@@ -71,64 +71,91 @@ def _expansion(raw: str, at: int, name: str) -> tuple[object, int, str]:
     return "$", at + 1, ""
 
 
+class _Reader:
+    """One pass over the text after `NAME=`: the value's parts, then what follows it."""
+
+    def __init__(self, name: str, raw: str, where: str):
+        self.name, self.raw, self.where = name, raw, where
+        self.parts: list[object] = []
+        self.text, self.index, self.quote = "", 0, ""
+
+    def refuse(self, why: str) -> ShellValueError:
+        return _refuse(self.where, self.name, self.raw, why)
+
+    def single_quoted(self, char: str) -> None:
+        if char == "'":
+            self.quote = ""
+        elif char == "`" or self.raw.startswith("$(", self.index):
+            raise self.refuse("a command substitution, even quoted")
+        else:
+            self.text += char
+        self.index += 1
+
+    def dollar(self) -> None:
+        piece, self.index, why = _expansion(self.raw, self.index, self.name)
+        if why:
+            raise self.refuse(why)
+        if piece is SELF:
+            self.parts += [self.text, SELF]
+            self.text = ""
+        else:
+            self.text += "$"
+
+    def double_quoted(self, char: str) -> None:
+        following = self.raw[self.index + 1:self.index + 2]
+        if char == '"':
+            self.quote = ""
+        elif char == "\\" and following and following in _DOUBLE_ESCAPES:
+            self.text += following
+            self.index += 1
+        else:
+            self.text += char
+        self.index += 1
+
+    def unquoted(self, char: str) -> bool:
+        """Read one unquoted character; True at the unquoted space that ends the value."""
+        if char.isspace():
+            rest = self.raw[self.index:].strip()
+            if rest and not rest.startswith("#"):
+                raise self.refuse(f"more words after the value ({rest!r})")
+            return True
+        if char in _OPERATORS:
+            raise self.refuse(f"a shell operator ({char!r})")
+        if char in "'\"":
+            self.quote = char
+        elif char == "\\":
+            if self.index + 1 >= len(self.raw):
+                raise self.refuse("a line continuation (\\ at the end)")
+            self.index += 1
+            self.text += self.raw[self.index]
+        else:
+            self.text += char
+        self.index += 1
+        return False
+
+    def read(self) -> tuple[tuple[object, ...], str]:
+        while self.index < len(self.raw):
+            char = self.raw[self.index]
+            if self.quote == "'":
+                self.single_quoted(char)
+            elif char == "`":
+                raise self.refuse("a command substitution in backquotes")
+            elif char == "$":
+                self.dollar()
+            elif self.quote == '"':
+                self.double_quoted(char)
+            elif self.unquoted(char):
+                break
+        if self.quote:
+            raise self.refuse(f"an unclosed {self.quote} quote (a value over several lines)")
+        parts = tuple(p for p in [*self.parts, self.text] if p != "")
+        return parts, self.raw[self.index:]
+
+
 def parse_value(name: str, raw: str, where: str) -> tuple[tuple[object, ...], str]:
     """(the value's parts, the text after it: spaces and a comment) of `raw`, the text after
     `NAME=` on one line; ShellValueError when it can't be kept (see the module docstring)."""
-    parts: list[object] = []
-    text, index, quote = "", 0, ""
-    while index < len(raw):
-        char = raw[index]
-        if quote == "'":
-            if char == "'":
-                quote = ""
-            elif char == "`" or raw.startswith("$(", index):
-                raise _refuse(where, name, raw, "a command substitution, even quoted")
-            else:
-                text += char
-            index += 1
-            continue
-        if char == "`":
-            raise _refuse(where, name, raw, "a command substitution in backquotes")
-        if char == "$":
-            piece, index, why = _expansion(raw, index, name)
-            if why:
-                raise _refuse(where, name, raw, why)
-            if piece is SELF:
-                parts += [text, SELF]
-                text = ""
-            else:
-                text += "$"
-            continue
-        if quote == '"':
-            if char == '"':
-                quote = ""
-            elif char == "\\" and index + 1 < len(raw) and raw[index + 1] in _DOUBLE_ESCAPES:
-                text += raw[index + 1]
-                index += 1
-            else:
-                text += char
-            index += 1
-            continue
-        if char in "'\"":
-            quote = char
-        elif char == "\\":
-            if index + 1 >= len(raw):
-                raise _refuse(where, name, raw, "a line continuation (\\ at the end)")
-            text += raw[index + 1]
-            index += 1
-        elif char.isspace():
-            suffix = raw[index:]
-            if suffix.strip() and not suffix.strip().startswith("#"):
-                raise _refuse(where, name, raw, f"more words after the value ({suffix.strip()!r})")
-            return tuple(p for p in [*parts, text] if p != ""), suffix
-        elif char in _OPERATORS:
-            raise _refuse(where, name, raw, f"a shell operator ({char!r})")
-        else:
-            text += char
-        index += 1
-    if quote:
-        raise _refuse(where, name, raw, f"an unclosed {quote} quote (a value over several lines)")
-    return tuple(p for p in [*parts, text] if p != ""), ""
+    return _Reader(name, raw, where).read()
 
 
 def assignments(text: str, name: str, where: str) -> list[tuple[int, Assignment]]:

@@ -49,6 +49,7 @@ from gpunode.ops.files import (
     keep_original_command,
     latest_backup,
     render_template,
+    temp_path,
 )
 from gpunode.ops.shell import argv_text
 
@@ -69,7 +70,7 @@ def replace_with_rollback(dest: str, text: str, refresh: str) -> list[Any]:
     """In one command keep the original and back up dest; upload; in one command rename the
     new text over dest and refresh, on a failed refresh putting the backup back, else keeping
     a copy of what was written (undo compares the file with it)."""
-    temp = f"{dest}.gpunode-new"
+    temp = temp_path(dest)
     q_dest, q_temp = shlex.quote(dest), shlex.quote(temp)
     return [
         joined_command(keep_original_command(dest), backup_command(dest)),

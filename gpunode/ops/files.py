@@ -36,6 +36,7 @@ from gpunode.facts.owned import (
 )
 from gpunode.ops.changes import diff_enabled, log_file_diff, report_change
 from gpunode.ops.shell import TEMPLATES
+from gpunode.pyinfra_adapter import run_id
 
 
 def render_template(name: str, **variables: Any) -> str:
@@ -50,6 +51,12 @@ def sha1_text(text: str) -> str:
 def joined_command(*commands: StringCommand) -> StringCommand:
     """Commands that each must succeed, as one remote command."""
     return StringCommand(" && ".join(f"{{ {c.get_raw_value()}; }}" for c in commands))
+
+
+def temp_path(dest: str) -> str:
+    """The temporary beside dest that this run uploads to before the rename: named with the
+    run's id, so two runs never write the same temporary."""
+    return f"{dest}.gpunode-new.{run_id()}"
 
 
 def verified_copy(q_src: str, q_dest: str) -> str:
@@ -101,7 +108,7 @@ def atomic_write_commands(text: str, dest: str, mode: str, after: str | None = N
     """In one command the folder, the original kept, the old file backed up; the upload beside
     dest; in one command owner, mode, the rename over dest and `after` (each step only when
     the one before succeeded)."""
-    temp = f"{dest}.gpunode-new"
+    temp = temp_path(dest)
     q_dest, q_temp = shlex.quote(dest), shlex.quote(temp)
     finish = f"chown root:root {q_temp} && chmod {mode} {q_temp} && mv -f {q_temp} {q_dest}"
     return [

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 from io import StringIO
 
 from pyinfra import host
-from pyinfra.api import FileUploadCommand, StringCommand, operation
+from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
 from pyinfra.facts.files import Directory
 from pyinfra.facts.systemd import SystemdEnabled
 
@@ -20,6 +20,7 @@ from gpunode.facts.kernel_params import KernelParams, KernelParamsState
 from gpunode.facts.owned import STATE_DIR, STATE_FILE, NodeState, RecordedState
 from gpunode.facts.sections import as_model, fact_data
 from gpunode.ops.changes import report_change
+from gpunode.ops.files import temp_path
 from gpunode.ops.services import systemd_booted
 
 
@@ -47,8 +48,27 @@ def node_state(sysctl_keys: list[str], modules: list[str], unit: str,
     )
 
 
-def recorded_state() -> NodeState | None:
+def damaged_record_message(why: str) -> str:
+    """The refusal for a state.json that is there but not valid: the file, why, the fix."""
+    return (f"{STATE_FILE} is damaged ({why}); gpunode won't take it for \"never applied\" "
+            "(it would record tuned values as the originals). Fix: put back a good copy, or "
+            f"if the node is as it was before gpunode, remove {STATE_FILE} and run again")
+
+
+def state_problems() -> list[str]:
+    """Preflight: a damaged state.json, refused before any change (see recorded_state)."""
     raw = fact_data(cached_fact(RecordedState))
+    if isinstance(raw, dict) and "damaged" in raw:
+        return [damaged_record_message(str(raw["damaged"]))]
+    return []
+
+
+def recorded_state() -> NodeState | None:
+    """state.json validated again by NodeState (never trusted as read); OperationError naming
+    the file and the fix when it is damaged."""
+    raw = fact_data(cached_fact(RecordedState))
+    if isinstance(raw, dict) and "damaged" in raw:
+        raise OperationError(f"{host.name}: {damaged_record_message(str(raw['damaged']))}")
     return NodeState.model_validate(raw) if raw else None
 
 
@@ -75,7 +95,7 @@ def state_recorded(sysctl_keys: list[str], modules: list[str], unit: str,
     changes_fact(RecordedState)
     changes_fact(Directory, path=STATE_DIR)
     text = json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n"
-    temp = f"{STATE_FILE}.gpunode-new"
+    temp = temp_path(STATE_FILE)
     yield StringCommand(f"mkdir -p {STATE_DIR} && chmod 700 {STATE_DIR}")
     yield FileUploadCommand(StringIO(text), temp)
     yield StringCommand(f"mv -f {shlex.quote(temp)} {shlex.quote(STATE_FILE)}")

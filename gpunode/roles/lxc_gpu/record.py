@@ -20,6 +20,7 @@ from pyinfra.api import FactBase, FileUploadCommand, StringCommand
 from gpunode.facts.cache import cached_fact, changes_fact
 from gpunode.facts.owned import STATE_DIR
 from gpunode.facts.sections import FactModel, fact_data
+from gpunode.ops.files import temp_path
 from gpunode.roles.lxc_gpu import pve_config
 
 RECORD_DIR = f"{STATE_DIR}/lxc"
@@ -111,7 +112,7 @@ def container_record(vmid: int) -> LxcLinesRecord | None:
 def record_commands(vmid: int, record: LxcLinesRecord) -> list[Any]:
     """Write the record atomically (temporary file + rename)."""
     path = record_path(vmid)
-    temp = f"{path}.gpunode-new"
+    temp = temp_path(path)
     changes_fact(LxcGpuRecords)
     return [
         StringCommand(f"mkdir -p {shlex.quote(RECORD_DIR)}"),
