@@ -19,6 +19,8 @@ gpunode added back out (deploy/undo.py runs it before the host's undo).
 from pyinfra import host, state
 
 from gpunode.facts.nvidia import NvidiaDriverVersion
+from gpunode.ops.lock import node_lock_problems
+from gpunode.ops.preflight import refuse_host
 from gpunode.pyinfra_adapter import fit_cli_tables
 from gpunode.roles.container import container_driver
 from gpunode.roles.container.inventory import declared_specs, validate_container_targets
@@ -42,6 +44,8 @@ def containers() -> None:
         setattr(state, _CACHE, validated)
     specs, targets = validated
 
+    if (host.name in specs or host.name in targets) and refuse_host(node_lock_problems()):
+        return
     if host.name in specs:
         lxc_gpu(specs[host.name])
 

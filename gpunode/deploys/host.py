@@ -4,6 +4,7 @@ driver, no reboot), then the read-back."""
 from pyinfra import host, state
 
 from gpunode.facts.cache import prefetch
+from gpunode.ops.lock import node_lock_problems
 from gpunode.ops.preflight import refuse_host
 from gpunode.ops.state import state_problems
 from gpunode.profile.loader import profiles_of_run
@@ -33,7 +34,7 @@ def host_tuning_only() -> None:
     prefetch([*record_reads(*record), *host_tuning_reads(profile), *gpu_runtime_reads(profile),
               *verify_prefetch(profile)])
     gpu_runtime_problems(host.name, profile)  # refuses before any change
-    if refuse_host([*state_problems(), *host_tuning_problems()]):
+    if refuse_host([*node_lock_problems(), *state_problems(), *host_tuning_problems()]):
         return
 
     record_state(*record)

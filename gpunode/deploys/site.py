@@ -8,6 +8,7 @@ host is touched. The live state every role reads is gathered first, in one remot
 from pyinfra import host, state
 
 from gpunode.facts.cache import prefetch
+from gpunode.ops.lock import node_lock_problems
 from gpunode.ops.preflight import refuse_host
 from gpunode.ops.state import state_problems
 from gpunode.profile.loader import profiles_of_run
@@ -41,7 +42,8 @@ def site() -> None:
               *nvidia_driver_reads(profile), *kernel_reads(profile), *verify_prefetch(profile),
               *verify_timer_reads(profile)])
     gpu_runtime_problems(host.name, profile)  # refuses before any change
-    if refuse_host([*state_problems(), *host_tuning_problems(), *kernel_problems(profile)]):
+    if refuse_host([*node_lock_problems(), *state_problems(), *host_tuning_problems(),
+                    *kernel_problems(profile)]):
         return
 
     record_state(*record)

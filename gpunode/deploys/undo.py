@@ -20,6 +20,7 @@ from gpunode.deploys.containers import containers_undo
 from gpunode.facts.bundle import FactRead
 from gpunode.facts.cache import prefetch
 from gpunode.facts.cmdline import GPUNODE_GRUB_DROPIN
+from gpunode.ops.lock import node_lock_problems
 from gpunode.ops.preflight import refuse_host
 from gpunode.ops.state import recorded_state, state_problems
 from gpunode.profile.loader import profiles_of_run
@@ -66,7 +67,7 @@ def undo() -> None:
     fit_cli_tables()  # pyinfra's tables within 100 columns
     profile = profiles_of_run(state)[host.name]
     targets = undo_targets(profile)
-    if refuse_host(state_problems()):  # a damaged state.json: nothing is undone
+    if refuse_host([*node_lock_problems(), *state_problems()]):  # nothing is undone
         return
     recorded_state()  # read first: its sysctl keys name the next reads
     prefetch([*undo_reads(targets), FactRead(LxcGpuRecords)])
