@@ -34,7 +34,7 @@ def host_tuning_only() -> None:
     prefetch([*record_reads(*record), *host_tuning_reads(profile), *gpu_runtime_reads(profile),
               *verify_prefetch(profile)])
     gpu_runtime_problems(host.name, profile)  # refuses before any change
-    if refuse_host([*node_lock_problems(), *state_problems(), *host_tuning_problems()]):
+    if refuse_host([*node_lock_problems(), *state_problems(), *host_tuning_problems(profile)]):
         return
 
     record_state(*record)

@@ -42,7 +42,7 @@ def site() -> None:
               *nvidia_driver_reads(profile), *kernel_reads(profile), *verify_prefetch(profile),
               *verify_timer_reads(profile)])
     gpu_runtime_problems(host.name, profile)  # refuses before any change
-    if refuse_host([*node_lock_problems(), *state_problems(), *host_tuning_problems(),
+    if refuse_host([*node_lock_problems(), *state_problems(), *host_tuning_problems(profile),
                     *kernel_problems(profile)]):
         return
 

@@ -166,6 +166,37 @@ def check_path(value: str, what: str, absolute: bool | None = None) -> str:
     return value
 
 
+#: A GPU power limit: watts (1-9999), 'default' or 'max'.
+POWER_LIMIT = re.compile(r"default|max|[1-9][0-9]{0,3}")
+
+
+def power_value(value: object) -> int | str:
+    """One power limit: watts (1-9999) or 'default'/'max'."""
+    text = str(value).strip().lower().removesuffix("w").strip()
+    if isinstance(value, bool) or not POWER_LIMIT.fullmatch(text):
+        raise ValueError(f"{shown(value)} is not a power limit: give watts such as 300, 'default' "
+                         "or 'max'")
+    return text if text in ("default", "max") else int(text)
+
+
+
+def checked_power_limit(value: object, max_index: int) -> object:
+    """gpu_power_limit: one power_value, or a mapping GPU index (ASCII digits) -> those."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        return power_value(value)
+    out = {}
+    for index, item in value.items():
+        text = str(index)
+        if isinstance(index, bool) or not ASCII_INTEGER.fullmatch(text) or int(text) > max_index:
+            raise ValueError(f"{shown(index)} is not a GPU index (0..{max_index})")
+        out[int(text)] = power_value(item)
+    if not out:
+        raise ValueError("give watts, 'default', 'max' or a mapping GPU index -> those")
+    return out
+
+
 class UserValues(BaseModel):
     """Base of every model a user fills in (profile, container, container settings): unknown
     keys are errors, values are frozen, and every field passes the one text rule

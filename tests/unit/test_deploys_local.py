@@ -194,3 +194,16 @@ def test_operation_names_fit_pyinfras_operation_line(tmp_path):
         folder.mkdir()
         names = planned(dry_run(folder, deploy, data)).splitlines()
         assert names and not [n for n in names if len(n) > 75], (deploy, names)
+
+
+def test_site_refuses_a_sysctl_key_this_kernel_lacks(tmp_path):
+    """A misspelt key (vm.swapiness) is refused in --dry naming host and key (issue 28.7),
+    unless allow_absent lists it; then it is only noted."""
+    log = dry_run(tmp_path, "deploy/site.py",
+                  {"gpunode": {"sysctls": {"vm.swapiness": "10"}}}, exit_code=1)
+    assert "refused before any change" in log and "gpunode.sysctls.vm.swapiness" in log
+    assert "allow_absent" in log
+    (tmp_path / "allowed").mkdir()  # a new inventory file: pyinfra imports each path once
+    allowed = {"sysctls": {"vm.swapiness": "10"}, "allow_absent": ["vm.swapiness"]}
+    log = dry_run(tmp_path / "allowed", "deploy/host.py", {"gpunode": allowed})
+    assert "not on this kernel, skipped: vm.swapiness" in log

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from gpunode.profile.allowed import UserValues, shown
 from gpunode.profile.container.lxc_lines import parse_extra_lxc_line
@@ -16,6 +16,7 @@ from gpunode.profile.container.values import (
     checked_driver_version,
     checked_properties,
 )
+from gpunode.profile.danger import check_i_know, lxc_dangers, unacknowledged
 from gpunode.profile.docs import setting_doc
 
 # Every pattern is matched whole (re.fullmatch): '$' would accept a trailing newline.
@@ -229,6 +230,13 @@ class ContainerSpec(UserValues):
             runtime="each line added to /etc/pve/lxc/VMID.conf when missing",
         ),
     )
+    i_know: list[str] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Dangerous extra_lxc lines you mean: 'lxc.cgroup2.devices.allow' (for "
+        "'a': every host device) and 'lxc.apparmor.profile' (for 'unconfined'); without the "
+        "name such a line is refused.",
+    )
     restart_allowed: bool = Field(
         default=False,
         description="May gpunode restart the running container to apply changes that only "
@@ -335,6 +343,18 @@ class ContainerSpec(UserValues):
     @classmethod
     def _driver(cls, value: str | None) -> str | None:
         return checked_driver_version(value)
+
+    @field_validator("i_know")
+    @classmethod
+    def _acknowledged(cls, value: list[str]) -> list[str]:
+        return check_i_know(value)
+
+    @model_validator(mode="after")
+    def _dangers_acknowledged(self) -> ContainerSpec:
+        refusal = unacknowledged(lxc_dangers(self.extra_lxc_entries), self.i_know)
+        if refusal:
+            raise ValueError(f"extra_lxc: {refusal}")
+        return self
 
     @property
     def extra_lxc_entries(self) -> list[tuple[str, str]]:
