@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 import ipaddress
+import os
 import posixpath
 import re
 from collections.abc import Iterable
@@ -195,6 +196,45 @@ def checked_power_limit(value: object, max_index: int) -> object:
     if not out:
         raise ValueError("give watts, 'default', 'max' or a mapping GPU index -> those")
     return out
+
+
+
+#: Folders gpunode never writes a user-named file into: system configuration, boot, binaries,
+#: kernel interfaces, root's home (its .ssh) and gpunode's own record.
+SYSTEM_FOLDERS = ("/etc", "/boot", "/root", "/usr", "/bin", "/sbin", "/lib", "/lib32",
+                  "/lib64", "/libx32", "/proc", "/sys", "/dev", "/var/lib/gpunode",
+                  "/var/lib/dpkg", "/var/lib/apt", "/var/spool/cron", "/var/lib/systemd")
+#: Where a user-named output may go: the working folder (reports/), and data folders.
+OUTPUT_ROOTS = ("/var/lib", "/var/log", "/var/tmp", "/var/www", "/tmp", "/srv", "/opt",
+                "/run", "/home", "/mnt", "/media", "/data")
+
+
+def _under(path: str, roots: Iterable[str]) -> bool:
+    return any(path == root or path.startswith(root.rstrip("/") + "/") for root in roots)
+
+
+def check_output_path(value: object, what: str, base: str | None = None) -> str:
+    """A path gpunode writes from user data, as an absolute normalised path: relative ones
+    are taken from `base` (the working folder); no '..', no hidden folder (.ssh), not in a
+    SYSTEM_FOLDERS folder, under OUTPUT_ROOTS or base; ValueError saying which rule."""
+    if not isinstance(value, str) or not value or FORBIDDEN_TEXT.search(value):
+        raise ValueError(f"{shown(value)} is not {what}: give a path")
+    parts = value.split("/")
+    if ".." in parts or any(p.startswith(".") and p not in ("", ".") for p in parts):
+        raise ValueError(f"{shown(value)} is not {what}: no '..' and no hidden folder (.ssh)")
+    folder = base or os.getcwd()
+    path = posixpath.normpath(posixpath.join(folder, value))
+    # The working folder counts as a root unless it is / or a system folder (root's home is
+    # fine: its .ssh is hidden, refused above).
+    roots = [*OUTPUT_ROOTS] + ([folder] if folder != "/" and not _under(
+        folder, [f for f in SYSTEM_FOLDERS if f != "/root"]) else [])
+    if _under(path, SYSTEM_FOLDERS) and not _under(path, roots[len(OUTPUT_ROOTS):]):
+        raise ValueError(f"{shown(value)} is not {what}: {path} is in a system folder "
+                         f"({', '.join(SYSTEM_FOLDERS)})")
+    if not _under(path, roots):
+        raise ValueError(f"{shown(value)} is not {what}: write under the working folder or "
+                         f"one of {', '.join(OUTPUT_ROOTS)}")
+    return path
 
 
 class UserValues(BaseModel):

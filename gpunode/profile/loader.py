@@ -10,7 +10,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 from pyinfra.api.exceptions import PyinfraError
 
-from gpunode.profile.allowed import did_you_mean, shown
+from gpunode.profile.allowed import check_output_path, did_you_mean, shown
 from gpunode.profile.node import NodeProfile
 from gpunode.profile.strict_yaml import load_strict_yaml
 from gpunode.pyinfra_adapter import run_store
@@ -84,8 +84,21 @@ def raw_profile_data(host_name: str, data: Mapping[str, Any]) -> dict[str, Any]:
     return merged
 
 
+#: Host data that names a file or folder gpunode writes (where pyinfra runs): checked by
+#: check_output_path before anything runs.
+OUTPUT_PATH_KEYS = {"gpunode_metrics_file": "a metrics file path", "report_dir": "a report folder"}
+
+
 def check_data_keys(host_name: str, data: Mapping[str, Any]) -> None:
-    """ProfileError for host data keys that look like gpunode's (`gpunode_*`) but aren't."""
+    """ProfileError for host data keys that look like gpunode's (`gpunode_*`) but aren't, and
+    for output paths (OUTPUT_PATH_KEYS) that are not plain paths under the allowed roots."""
+    for key, what in OUTPUT_PATH_KEYS.items():
+        if data.get(key):
+            try:
+                check_output_path(str(data[key]), what)
+            except ValueError as exc:
+                raise ProfileError(f"{host_name}: {key}: {exc}. Fix: name a file under the "
+                                   "working folder or a data folder such as /var/lib/...") from None
     unknown = sorted(k for k in data if isinstance(k, str) and k.startswith("gpunode_")
                      and k not in KNOWN_DATA_KEYS)
     if unknown:

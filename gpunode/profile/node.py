@@ -31,6 +31,7 @@ from gpunode.profile.allowed import (
     CpuGovernor,
     UserValues,
     check,
+    check_output_path,
     checked_power_limit,
     shown,
 )
@@ -378,8 +379,8 @@ class NodeProfile(ProfileModel):
     def _metrics_dir(cls, value: object) -> str:
         text = check(ABSOLUTE_DIR, value, "an absolute directory such as "
                      "'/var/lib/prometheus/node-exporter'")
-        if any(part in (".", "..") for part in text.split("/")):
-            raise ValueError(f"{shown(value)} is not an absolute directory without '.' or '..'")
+        if check_output_path(text, "a metrics directory", base="/") != text:
+            raise ValueError(f"{shown(value)} is not a normalised absolute directory")
         return text
 
     @field_validator("modules", "required_modules")

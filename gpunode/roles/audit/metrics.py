@@ -90,8 +90,14 @@ def metrics_path(template: str, host_name: str) -> Path:
 
 def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
     """Write text to path whole: a temporary file beside it (not *.prom, so node_exporter
-    never reads it half-written), fsync, rename over path."""
+    never reads it half-written; created new, O_EXCL, so never a link), fsync, rename over
+    path (a link there is replaced, never followed). A folder on the way that is a symlink
+    is refused: the file would land somewhere else than it says."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    folder = os.path.abspath(path.parent)
+    if os.path.realpath(folder) != folder:
+        raise ValueError(f"{path}: {folder} is or goes through a symlink (to "
+                         f"{os.path.realpath(folder)}): name the real folder")
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
