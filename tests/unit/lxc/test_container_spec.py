@@ -95,6 +95,7 @@ def test_good_values_are_accepted():
             "lxc.mount.entry = /dev/net/tun dev/net/tun none bind,create=file",
             "lxc.apparmor.profile: unconfined",
         ],
+        i_know=["lxc.apparmor.profile"],  # unconfined is allowed when said (issue 28.7)
         nvidia_driver="550.127.05",
         net0="name=eth0,bridge=vmbr1,ip=10.0.0.5/24,gw=10.0.0.1,tag=20,firewall=1",
     )
