@@ -139,7 +139,7 @@ _RECORD_PATTERNS = {
     "sysctl value": re.compile(r"[A-Za-z0-9_.:,/\- \t]{0,4096}"),
     "module": re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-]{0,55}"),
     "package": re.compile(r"[a-z0-9][a-z0-9+.\-]{1,127}(?::[a-z0-9][a-z0-9\-]{0,31})?"),
-    "cmdline token": re.compile(r"[\x21-\x7e]{1,4096}"),
+    "cmdline token": re.compile(r"[^\x00-\x1f\x7f]{1,4096}"),  # foo="a b" is one token
     "unit": re.compile(r"[A-Za-z0-9@_.:\-]{1,255}"),
 }
 
