@@ -7,8 +7,11 @@ the process the run's commands come from (the SSH session's sshd, or pyinfra its
 @local). It writes /run/gpunode/lock.owner (run id, controller host, user, pid, time) and
 removes it on the way out. So the lock is held exactly while the run's connection is up: a
 finished, failed or killed run frees it within a second, a reboot clears /run, and nothing
-has to be released by hand. A second run finds the flock taken and is refused before any
-change, told the owner line; the same run (a second deploy) finds its own run id and goes on.
+has to be released by hand. A second run finds the flock taken (after waiting up to 15 s for
+a run that just ended) and is refused before any change, told the owner line; the same run (a
+second deploy) finds its own run id and goes on. A reboot in the run ends its SSH session and
+so the lock; what the run does after it (reading back) takes none. GPUNODE_RUN_ID fixes the
+run id (tests): runs that share one share the lock.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from gpunode.pyinfra_adapter import current_host, run_id, run_store
 LOCK_DIR = "/run/gpunode"
 LOCK_FILE = f"{LOCK_DIR}/lock"
 OWNER_FILE = f"{LOCK_FILE}.owner"
+#: Seconds a run waits for the lock of a run that just ended (its holder sees the session go).
+LOCK_WAIT_S = 15
 #: The shells and wrappers between a remote command and the process that stands for the run.
 _WRAPPERS = "sh|dash|bash|sudo|su|doas|env|timeout"
 
@@ -48,8 +53,10 @@ def lock_command(run: str, owner: str) -> str:
         "owner() { cat \"$d/lock.owner\" 2>/dev/null || echo 'unknown (no owner file)'; }",
         f"mine() {{ grep -qsF {q_run} \"$d/lock.owner\"; }}",
         "if mine && ! flock -n \"$d/lock\" true; then echo 'gpunode-lock: ours'; exit 0; fi",
-        # A run that just ended frees the lock within a second of its connection closing.
-        "if ! flock -w 5 \"$d/lock\" true; then echo \"gpunode-lock: held: $(owner)\"; exit 0; fi",
+        # A run that just ended frees the lock within a second or two of its connection closing
+        # (a slow guest: longer), so a run that follows at once waits a little for it.
+        f"if ! flock -w {int(LOCK_WAIT_S)} \"$d/lock\" true; then "
+        "echo \"gpunode-lock: held: $(owner)\"; exit 0; fi",
         "watch=$PPID",
         f"while [ \"$watch\" -gt 1 ]; do case \"$(cat /proc/$watch/comm 2>/dev/null)\" in "
         f"{_WRAPPERS}) watch=$(cut -d' ' -f4 /proc/$watch/stat);; *) break;; esac; done",

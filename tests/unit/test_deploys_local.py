@@ -221,6 +221,7 @@ def test_a_second_run_is_refused_while_another_holds_the_node(tmp_path, monkeypa
 
     monkeypatch.setattr(lock, "LOCK_DIR", str(tmp_path / "run-gpunode"))
     monkeypatch.setattr(lock, "LOCK_FILE", str(tmp_path / "run-gpunode" / "lock"))
+    monkeypatch.setattr(lock, "LOCK_WAIT_S", 1)
 
     command = lock_command("0therrun", "run=0therrun controller=elsewhere")
     code = (f"import subprocess, time\nout = subprocess.run(['/bin/sh', '-c', {command!r}], "

@@ -17,6 +17,7 @@ import gpunode.ops.lock as lock
 def lock_dir(tmp_path, monkeypatch):
     monkeypatch.setattr(lock, "LOCK_DIR", str(tmp_path / "gpunode"))
     monkeypatch.setattr(lock, "LOCK_FILE", str(tmp_path / "gpunode" / "lock"))
+    monkeypatch.setattr(lock, "LOCK_WAIT_S", 1)
     return tmp_path / "gpunode"
 
 
