@@ -43,7 +43,9 @@ with ``packaging``): another pyinfra stops with what is installed, what is wante
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import secrets
 import textwrap
 from collections.abc import Callable, Iterator, Sequence
 from importlib import metadata
@@ -187,6 +189,19 @@ def run_store(attribute: str) -> dict[str, Any]:
     return store
 
 
+def run_id() -> str:
+    """This run's id, 8 hex digits chosen once per State (GPUNODE_RUN_ID sets it: tests, a
+    log to match): it makes the run's temporary names and its node lock its own."""
+    try:
+        store = run_store("_gpunode_run")
+    except (AttributeError, RuntimeError, TypeError):  # no State: a bare operation test
+        store = _NO_STATE_RUN
+    if "id" not in store:
+        store["id"] = os.environ.get("GPUNODE_RUN_ID") or secrets.token_hex(4)
+    return str(store["id"])
+
+
+_NO_STATE_RUN: dict[str, Any] = {}
 TERMINAL_WIDTH = 100
 LOG_INDENT = 4  # pyinfra's CLI indents every line that is not a "-->" header
 GAP = 2

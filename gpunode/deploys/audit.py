@@ -38,7 +38,7 @@ from gpunode.roles.audit.run import audit_node
 def audit() -> None:
     """The read-only readiness report of this host (options: host data report, report_dir)."""
     fit_cli_tables()  # pyinfra's tables within 100 columns
-    profile = profiles_of_run(state.inventory)[host.name]
+    profile = profiles_of_run(state)[host.name]
 
     try:
         formats = report_formats(host.data.get("report"))

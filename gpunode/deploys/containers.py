@@ -18,11 +18,15 @@ gpunode added back out (deploy/undo.py runs it before the host's undo).
 
 from pyinfra import host, state
 
-from gpunode.facts.nvidia import NvidiaDriverVersion
+from gpunode.facts.snapshot import Needs, lock_problems, read_node
+from gpunode.ops.preflight import refuse_host
 from gpunode.pyinfra_adapter import fit_cli_tables
 from gpunode.roles.container import container_driver
+from gpunode.roles.container import needs as container_needs
+from gpunode.roles.container.defaults import ContainerSettings
 from gpunode.roles.container.inventory import declared_specs, validate_container_targets
 from gpunode.roles.lxc_gpu import lxc_gpu, lxc_gpu_undo
+from gpunode.roles.lxc_gpu import needs as lxc_gpu_needs
 from gpunode.roles.lxc_gpu.validate import ContainerDeployError, validate_container_hosts
 
 _CACHE = "_gpunode_containers"
@@ -43,12 +47,19 @@ def containers() -> None:
     specs, targets = validated
 
     if host.name in specs:
+        snapshot = read_node(lxc_gpu_needs(specs[host.name]) | Needs(lock=True))
+        if refuse_host(lock_problems(snapshot)):
+            return
         lxc_gpu(specs[host.name])
 
     if host.name in targets:
         target = targets[host.name]
+        packages = list((target.settings or ContainerSettings()).nvidia_packages)
+        snapshot = read_node(container_needs(packages) | Needs(lock=True, nvidia=True))
+        if refuse_host(lock_problems(snapshot)):
+            return
         # /proc/driver/nvidia/version is the host's module, seen from inside the container.
-        driver = target.declared_driver or host.get_fact(NvidiaDriverVersion)
+        driver = target.declared_driver or snapshot.driver_loaded
         if driver is None:
             raise ContainerDeployError(
                 f"{host.name}: can't tell the Proxmox host's NVIDIA driver version: "

@@ -3,8 +3,9 @@ driver, no reboot), then the read-back."""
 
 from pyinfra import host, state
 
-from gpunode.facts.snapshot import combined, read_node
+from gpunode.facts.snapshot import Needs, combined, lock_problems, read_node
 from gpunode.ops.preflight import refuse_host
+from gpunode.ops.state import state_problems
 from gpunode.profile.loader import profiles_of_run
 from gpunode.pyinfra_adapter import fit_cli_tables
 from gpunode.roles import gpu_runtime as gpu_runtime_role
@@ -27,12 +28,13 @@ def host_tuning_only() -> None:
     """sysctls, modules, MaxReadReq, ACS, C-states, governor, memlock, GPU persistence and
     power limits; then verify."""
     fit_cli_tables()  # pyinfra's tables within 100 columns
-    profile = profiles_of_run(state.inventory)[host.name]
+    profile = profiles_of_run(state)[host.name]
     record = (sorted(profile.sysctls), profile.modules, BOOT_UNIT, [PERSISTENCED_UNIT])
-    read_node(combined([record_needs(*record), host_tuning_role.needs(profile),
+    snapshot = read_node(combined([
+        Needs(lock=True), record_needs(*record), host_tuning_role.needs(profile),
                         gpu_runtime_role.needs(profile), verify.needs(profile)]))
     gpu_runtime_problems(host.name, profile)  # refuses before any change
-    if refuse_host(host_tuning_problems()):
+    if refuse_host([*lock_problems(snapshot), *state_problems(), *host_tuning_problems(profile)]):
         return
 
     record_state(*record)

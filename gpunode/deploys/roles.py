@@ -18,8 +18,9 @@ from collections.abc import Callable
 
 from pyinfra import host, state
 
-from gpunode.facts.snapshot import Needs, read_node
+from gpunode.facts.snapshot import Needs, lock_problems, read_node
 from gpunode.ops.preflight import refuse_host
+from gpunode.ops.state import state_problems
 from gpunode.profile.loader import profiles_of_run
 from gpunode.profile.node import NodeProfile
 from gpunode.pyinfra_adapter import fit_cli_tables
@@ -41,10 +42,11 @@ def _one_role(needs: Callable[[NodeProfile], Needs],
               apply: Callable[[NodeProfile], None]) -> None:
     """The site deploy's frame around one role."""
     fit_cli_tables()  # pyinfra's tables within 100 columns
-    profile = profiles_of_run(state.inventory)[host.name]
+    profile = profiles_of_run(state)[host.name]
     record = (sorted(profile.sysctls), profile.modules, BOOT_UNIT, [PERSISTENCED_UNIT])
-    read_node(record_needs(*record) | needs(profile) | verify.needs(profile))
-    if refuse_host(problems(profile)):
+    snapshot = read_node(Needs(lock=True) | record_needs(*record) | needs(profile)
+                         | verify.needs(profile))
+    if refuse_host([*lock_problems(snapshot), *state_problems(), *problems(profile)]):
         return
     record_state(*record)
     apply(profile)

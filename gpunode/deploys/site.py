@@ -7,8 +7,9 @@ plans from (gpunode.facts.snapshot: what each role's needs() names).
 
 from pyinfra import host, state
 
-from gpunode.facts.snapshot import combined, read_node
+from gpunode.facts.snapshot import Needs, combined, lock_problems, read_node
 from gpunode.ops.preflight import refuse_host
+from gpunode.ops.state import state_problems
 from gpunode.profile.loader import profiles_of_run
 from gpunode.pyinfra_adapter import fit_cli_tables
 from gpunode.roles import gpu_runtime as gpu_runtime_role
@@ -37,14 +38,16 @@ def site() -> None:
     """Host tuning, GPU runtime, NVIDIA driver pin and flavour, the verify timer (opt-in),
     kernel cmdline and pin (reboot if allowed), verify."""
     fit_cli_tables()  # pyinfra's tables within 100 columns
-    profile = profiles_of_run(state.inventory)[host.name]
+    profile = profiles_of_run(state)[host.name]
     record = (sorted(profile.sysctls), profile.modules, BOOT_UNIT, [PERSISTENCED_UNIT])
-    read_node(combined([record_needs(*record), host_tuning_role.needs(profile),
+    snapshot = read_node(combined([
+        Needs(lock=True), record_needs(*record), host_tuning_role.needs(profile),
                         gpu_runtime_role.needs(profile), nvidia_driver_role.needs(profile),
                         kernel_role.needs(profile), verify_timer_role.needs(profile),
                         verify.needs(profile)]))
     gpu_runtime_problems(host.name, profile)  # refuses before any change
-    if refuse_host([*host_tuning_problems(), *kernel_problems(profile)]):
+    if refuse_host([*lock_problems(snapshot), *state_problems(), *host_tuning_problems(profile),
+                    *kernel_problems(profile)]):
         return
 
     record_state(*record)

@@ -18,7 +18,9 @@ from pyinfra import host, state
 
 from gpunode.deploys.containers import containers_undo
 from gpunode.facts.cmdline import GPUNODE_GRUB_DROPIN
-from gpunode.facts.snapshot import Needs, read_node
+from gpunode.facts.snapshot import Needs, lock_problems, read_node
+from gpunode.ops.preflight import refuse_host
+from gpunode.ops.state import state_problems
 from gpunode.profile.loader import profiles_of_run
 from gpunode.profile.node import NodeProfile
 from gpunode.profile.sysctls import BEST_EFFORT_SYSCTLS
@@ -61,11 +63,13 @@ def undo() -> None:
     """Put this host back as gpunode found it: its containers' GPU lines first (their
     records live under /var/lib/gpunode, which the host's undo removes last)."""
     fit_cli_tables()  # pyinfra's tables within 100 columns
-    profile = profiles_of_run(state.inventory)[host.name]
+    profile = profiles_of_run(state)[host.name]
     targets = undo_targets(profile)
-    needs = undo_needs(targets, sorted(profile.sysctls)) | lxc_record_needs()
-    recorded = read_node(needs).recorded
-    if recorded is not None:  # a record of keys the profile no longer sets: read those too
-        read_node(needs | Needs(sysctl_keys=tuple(recorded.sysctls)))
+    needs = undo_needs(targets, sorted(profile.sysctls)) | lxc_record_needs() | Needs(lock=True)
+    snapshot = read_node(needs)
+    if refuse_host([*lock_problems(snapshot), *state_problems()]):  # nothing is undone
+        return
+    if snapshot.recorded is not None:  # a record of keys the profile no longer sets: read them
+        read_node(needs | Needs(sysctl_keys=tuple(snapshot.recorded.sysctls)))
     containers_undo()
     undo_node(targets)

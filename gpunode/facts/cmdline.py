@@ -14,6 +14,7 @@ from gpunode.facts.sections import (
     section_command,
     split_sections,
 )
+from gpunode.facts.shell_assign import ASSIGNMENT, assignment_line, assignments
 
 GRUB_DEFAULT_FILE = "/etc/default/grub"
 KERNEL_CMDLINE_FILE = "/etc/kernel/cmdline"
@@ -24,7 +25,6 @@ GRUB_DROPIN_DIR = "/etc/default/grub.d"
 #: gpunode's own drop-in, named to be read last, written only when another drop-in overrides.
 GPUNODE_GRUB_DROPIN = f"{GRUB_DROPIN_DIR}/zz-gpunode.cfg"
 _DROPIN_HEADER = re.compile(r"^==> (?P<path>/\S+) <==$")
-_ASSIGNMENT = re.compile(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$")
 
 
 class CmdlineState(FactModel):
@@ -110,26 +110,18 @@ def missing_params(tokens: list[str], wanted: dict[str, str | None]) -> dict[str
     return {k: v for k, v in wanted.items() if format_param(k, v) not in present}
 
 
-def _unquote(value: str) -> str:
-    value = value.strip()
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-        return value[1:-1]
-    return value
-
-
-def grub_cmdline_value(text: str, var: str = GRUB_CMDLINE_VAR) -> str:
-    """The value of the last assignment of var in /etc/default/grub ('' when absent)."""
-    value = ""
-    for line in text.splitlines():
-        match = _ASSIGNMENT.match(line)
-        if match and match.group(1) == var:
-            value = _unquote(match.group(2))
-    return value
+def grub_cmdline_value(text: str, var: str = GRUB_CMDLINE_VAR,
+                       where: str = GRUB_DEFAULT_FILE) -> str:
+    """The value of the last assignment of var in /etc/default/grub ('' when absent), read as
+    `sh` reads it (shell_assign; ShellValueError naming the file and line if it can't be)."""
+    found = assignments(text, var, where)
+    return found[-1][1].value() if found else ""
 
 
 def assigns(text: str, var: str) -> bool:
     """True when the shell text assigns var at the start of a line."""
-    return any((m := _ASSIGNMENT.match(line)) and m.group(1) == var for line in text.splitlines())
+    return any((m := ASSIGNMENT.match(line)) and m.group("name") == var
+               for line in text.splitlines())
 
 
 def grub_effective_value(
@@ -139,17 +131,12 @@ def grub_effective_value(
     them: each assignment replaces the value, and "$var" / "${var}" in it stand for the value
     so far (the usual append idiom). Returns (value, the file of the last assignment)."""
     value, source = "", None
-    name = re.escape(var)
-    expansion = re.compile(rf"\$(?:\{{{name}\}}|{name}(?![A-Za-z0-9_]))")
     files = [(GRUB_DEFAULT_FILE, default_text), *sorted(dropins.items())]
     for path, text in files:
         if path in skip:
             continue
-        for line in text.splitlines():
-            match = _ASSIGNMENT.match(line)
-            if match and match.group(1) == var:
-                value = expansion.sub(value.replace("\\", "\\\\"), _unquote(match.group(2)))
-                source = path
+        for _, assignment in assignments(text, var, path):
+            value, source = assignment.value(value), path
     return value, source
 
 
@@ -167,17 +154,18 @@ def parse_grub_dropins(text: str) -> dict[str, str]:
 
 
 def edit_grub_default(text: str, tokens: list[str], var: str = GRUB_CMDLINE_VAR) -> str:
-    """Rewrite the last assignment of var with the tokens; add one if the file has none."""
+    """Rewrite the last assignment of var with the tokens (quoted so `sh` reads back each
+    word, its indent and comment kept); add one if the file has none."""
     lines = text.splitlines(keepends=True)
-    new_line = f'{var}="{" ".join(tokens)}"\n'
-    for index in range(len(lines) - 1, -1, -1):
-        match = _ASSIGNMENT.match(lines[index])
-        if match and match.group(1) == var:
-            lines[index] = new_line
-            return "".join(lines)
+    found = assignments(text, var, GRUB_DEFAULT_FILE)
+    if found:
+        index, old = found[-1]
+        ending = lines[index][len(lines[index].rstrip("\r\n")):]
+        lines[index] = assignment_line(var, " ".join(tokens), old.lead, old.suffix) + ending
+        return "".join(lines)
     if lines and not lines[-1].endswith("\n"):
         lines[-1] += "\n"
-    return "".join(lines) + new_line
+    return "".join(lines) + assignment_line(var, " ".join(tokens)) + "\n"
 
 
 def parse_cmdline_sections(text: str) -> CmdlineState:

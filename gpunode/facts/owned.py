@@ -15,9 +15,12 @@ Layout under STATE_DIR (/var/lib/gpunode):
 from __future__ import annotations
 
 import json
+import re
 import shlex
-from typing import Any
+from collections.abc import Iterable
+from typing import Any, Literal
 
+from pydantic import ConfigDict, ValidationError, model_validator
 from pyinfra.api import FactBase
 
 from gpunode.facts.sections import FactModel, cat_command
@@ -127,10 +130,37 @@ def file_state(value: Any, path: str) -> FileState | None:
     return FileState.model_validate(raw) if raw else None
 
 
-class NodeState(FactModel):
-    """state.json: what the node was like before gpunode's first apply."""
+#: state.json's format; a record of another version is refused, never guessed at.
+STATE_VERSION = 1
+_RECORD_PATTERNS = {
+    "sysctl key": re.compile(r"[a-z0-9_][a-z0-9_\-]*(?:\.[a-z0-9_][a-z0-9_\-]*)+"),
+    "sysctl value": re.compile(r"[A-Za-z0-9_.:,/\- \t]{0,4096}"),
+    "module": re.compile(r"[A-Za-z0-9_][A-Za-z0-9_\-]{0,55}"),
+    "package": re.compile(r"[a-z0-9][a-z0-9+.\-]{1,127}(?::[a-z0-9][a-z0-9\-]{0,31})?"),
+    "cmdline token": re.compile(r"[^\x00-\x1f\x7f]{1,4096}"),  # foo="a b" is one token
+    "unit": re.compile(r"[A-Za-z0-9@_.:\-]{1,255}"),
+}
 
-    version: int = 1
+
+def _checked(kind: str, values: Iterable[str]) -> None:
+    for value in values:
+        if not _RECORD_PATTERNS[kind].fullmatch(value):
+            raise ValueError(f"{value[:60]!r} is not a {kind}")
+
+
+class DamagedStateRecord(ValueError):
+    """state.json is there but is not a record gpunode wrote (truncated, edited, other
+    version): refused, never read as "never applied"."""
+
+
+class NodeState(FactModel):
+    """state.json: what the node was like before gpunode's first apply. The same schema is
+    used to write it and, every time, to read it back: a value that isn't a sysctl, module,
+    package or cmdline token never reaches a command."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: Literal[1] = 1
     recorded: str = ""
     sysctls: dict[str, str] = {}
     modules_loaded: list[str] = []
@@ -141,21 +171,46 @@ class NodeState(FactModel):
     # recorded by a gpunode that did not keep it.
     units_enabled: dict[str, bool] | None = None
 
+    @model_validator(mode="after")
+    def _values_are_what_they_say(self) -> NodeState:
+        _checked("sysctl key", self.sysctls)
+        _checked("sysctl value", self.sysctls.values())
+        _checked("module", self.modules_loaded)
+        _checked("package", self.holds)
+        _checked("cmdline token", self.cmdline)
+        _checked("unit", self.units_enabled or {})
+        return self
+
+
+def parse_state_record(text: str) -> NodeState | None:
+    """state.json's text -> NodeState; None when there is none (empty: no file);
+    DamagedStateRecord saying what is wrong otherwise."""
+    if not text.strip():
+        return None
+    try:
+        return NodeState.model_validate(json.loads(text))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the record"
+        raise DamagedStateRecord(
+            f"{where}: {first['msg']} ({exc.error_count()} problem(s))") from None
+    except ValueError as exc:  # not JSON: truncated or overwritten
+        raise DamagedStateRecord(f"not JSON ({exc})") from None
+
 
 class RecordedState(FactBase):
-    """The node's state.json (None when gpunode never applied there, or it is unreadable)."""
+    """The node's state.json: None when gpunode never applied there (no file), the record
+    when it is valid, {"damaged": why} when it is there but not valid (parse_state_record)."""
 
     def command(self) -> str:
         return "{ " + cat_command(STATE_FILE) + "; } 2>/dev/null; true"
 
     def process(self, output: list[str]) -> dict[str, Any] | None:
-        text = "\n".join(output).strip()
-        if not text:
-            return None
         try:
-            return NodeState.model_validate(json.loads(text)).to_json()
-        except ValueError:
-            return None
+            record = parse_state_record("\n".join(output))
+        except DamagedStateRecord as exc:
+            return {"damaged": str(exc)}
+        return record.to_json() if record else None
 
 
 class KeptOriginals(FactBase):

@@ -39,6 +39,7 @@ from gpunode.facts.gpu_details import GpuDetails, NvlinkGpu, UnitState
 from gpunode.facts.gpu_topology import GpuTopology
 from gpunode.facts.kernel_params import KernelParams, KernelParamsState
 from gpunode.facts.kernels import InstalledKernels, KernelPackages
+from gpunode.facts.lock import LOCK_FILE, LockState, NodeLock
 from gpunode.facts.nvidia import NvidiaDriverVersion, NvidiaSmi, NvidiaSmiReport
 from gpunode.facts.nvidia_modules import NvidiaKernelModule, NvidiaModuleState
 from gpunode.facts.owned import (
@@ -113,6 +114,8 @@ class Needs(BaseModel):
     """gpunode's state.json (what the node was before its first apply)."""
     audit: bool = False
     """Everything the audit checks beyond the tuning (AuditFacts)."""
+    lock: bool = False
+    """Take the node lock for the run first (gpunode.facts.lock): every deploy that changes."""
     parts: tuple[Part, ...] = ()
 
     def __repr__(self) -> str:  # pyinfra logs a fact's arguments: short, and one per needs
@@ -161,6 +164,10 @@ class Snapshot(BaseModel):
     candidates: dict[str, str | None] = {}
     holds: list[str] = []
     recorded: NodeState | None = None
+    record_damaged: str | None = None
+    """Why state.json is there but not a valid record (refused: never "never applied")."""
+    lock: LockState | None = None
+    """The node lock (None: not taken: not asked for, or it could not be)."""
     nvidia: NvidiaSmiReport | None = None
     driver_loaded: str | None = None
     """Version of the loaded nvidia kernel module (/proc/driver/nvidia/version)."""
@@ -208,6 +215,7 @@ def sections(needs: Needs) -> dict[str, tuple[type[FactBase], dict[str, Any]]]:
     """Each part the read holds: name -> (the fact whose command and parser it uses, its
     arguments). Always the node's tuning state; the rest as the needs say."""
     parts: dict[str, tuple[type[FactBase], dict[str, Any]]] = {
+        **({"lock": (NodeLock, {})} if needs.lock else {}),
         "cmdline": (KernelCmdline, {}),
         "cpu": (CpuPower, {}),
         "kernel": (KernelParams, {"sysctl_keys": list(needs.sysctl_keys),
@@ -325,6 +333,10 @@ def shaped(values: dict[str, Any]) -> dict[str, Any]:
             if name.startswith(f"{prefix}:")}
     if "units" in values:
         out["units"] = parse_units(values["units"])
+    recorded = values.get("recorded")
+    if isinstance(recorded, dict) and "damaged" in recorded:
+        out["record_damaged"] = str(recorded["damaged"])
+        del out["recorded"]
     if "audit" in values:
         extras: AuditExtras = values["audit"]
         out.update(extras.snapshot_fields())
@@ -415,6 +427,13 @@ def node_changed() -> FunctionCommand:
     """Yield it after commands that change what the snapshot holds beyond the operation's own
     setting (a package install, a reboot): the next node() reads the node again."""
     return FunctionCommand(mark_stale, (), {})
+
+
+def lock_problems(snapshot: Snapshot) -> list[str]:
+    """The refusal of a run whose read asked for the node lock and did not get it."""
+    if snapshot.lock is None:
+        return [f"could not take {LOCK_FILE} (flock, setsid and a writable /run are needed)"]
+    return [snapshot.lock.refusal] if snapshot.lock.refusal else []
 
 
 def changed_in_this_run() -> bool:

@@ -37,6 +37,7 @@ from gpunode.facts.cmdline import (
     token_key,
 )
 from gpunode.facts.owned import written_path
+from gpunode.facts.shell_assign import ShellValueError, assignment_line
 from gpunode.facts.snapshot import node
 from gpunode.ops.changes import report_change, shorten
 from gpunode.ops.files import (
@@ -46,6 +47,7 @@ from gpunode.ops.files import (
     keep_original_command,
     latest_backup,
     render_template,
+    temp_path,
 )
 from gpunode.ops.shell import argv_text
 
@@ -54,7 +56,7 @@ _GRUB_DEFAULT_LINE = re.compile(r"^[ \t]*GRUB_DEFAULT=.*$", re.MULTILINE)
 
 def set_grub_default_entry(text: str, entry: str) -> str:
     """Set GRUB_DEFAULT to a menu entry path (replace the last assignment, or add one)."""
-    line = f'GRUB_DEFAULT="{entry}"'
+    line = assignment_line("GRUB_DEFAULT", entry)
     matches = list(_GRUB_DEFAULT_LINE.finditer(text))
     if matches:
         last = matches[-1]
@@ -66,7 +68,7 @@ def replace_with_rollback(dest: str, text: str, refresh: str) -> list[Any]:
     """In one command keep the original and back up dest; upload; in one command rename the
     new text over dest and refresh, on a failed refresh putting the backup back, else keeping
     a copy of what was written (undo compares the file with it)."""
-    temp = f"{dest}.gpunode-new"
+    temp = temp_path(dest)
     q_dest, q_temp = shlex.quote(dest), shlex.quote(temp)
     return [
         joined_command(keep_original_command(dest), backup_command(dest)),
@@ -181,6 +183,15 @@ def kernel_cmdline(
     + grub_default_entry: GRUB menu entry to boot by default (kernel pin on GRUB hosts)
     """
     state = node().cmdline
+    try:
+        yield from _kernel_cmdline(state, params, bootloader, grub_default_entry)
+    except ShellValueError as exc:
+        raise OperationError(f"{host.name}: {exc}") from None
+
+
+def _kernel_cmdline(state: CmdlineState, params: dict[str, str | None], bootloader: str,
+                    grub_default_entry: str | None):
+    """kernel_cmdline's commands (see there)."""
     if uses_systemd_boot(state, bootloader):
         if state.kernel_cmdline_text is None:
             raise OperationError(

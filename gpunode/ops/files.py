@@ -32,6 +32,7 @@ from gpunode.facts.owned import (
 from gpunode.facts.snapshot import node
 from gpunode.ops.changes import diff_enabled, log_file_diff, report_change
 from gpunode.ops.shell import TEMPLATES
+from gpunode.pyinfra_adapter import run_id
 
 
 def render_template(name: str, **variables: Any) -> str:
@@ -48,25 +49,48 @@ def joined_command(*commands: StringCommand) -> StringCommand:
     return StringCommand(" && ".join(f"{{ {c.get_raw_value()}; }}" for c in commands))
 
 
+def temp_path(dest: str) -> str:
+    """The temporary beside dest that this run uploads to before the rename: named with the
+    run's id, so two runs never write the same temporary."""
+    return f"{dest}.gpunode-new.{run_id()}"
+
+
+def verified_copy(q_src: str, q_dest: str) -> str:
+    """Shell: copy the (quoted) src to a temporary beside the (quoted) dest, check its size
+    and SHA-256 against src, then rename it into place; a copy that doesn't match (a full
+    disk, a killed cp) is removed and the command fails naming both: never kept."""
+    tmp, dest = '"$gpunode_copy"', '"$gpunode_target"'
+    return (
+        f'gpunode_target={q_dest} && gpunode_copy="$gpunode_target.gpunode-copy.$$" && '
+        f"{{ {{ cp -p {q_src} {tmp} && "
+        f'[ "$(stat -c %s {q_src})" = "$(stat -c %s {tmp})" ] && '
+        f'[ "$(sha256sum < {q_src})" = "$(sha256sum < {tmp})" ] && mv -f {tmp} {dest}; }} || '
+        f"{{ rm -f {tmp}; echo \"gpunode: the copy of {q_src} to $gpunode_target does not "
+        "match it (size or SHA-256): nothing kept\" >&2; false; }; }"
+    )
+
+
 def keep_original_command(dest: str) -> StringCommand:
-    """Keep dest as gpunode first found it (or mark it absent), once: later runs keep that."""
+    """Keep dest as gpunode first found it (or mark it absent), once: later runs keep that.
+    The copy is checked before it is named the original (verified_copy)."""
     orig = original_path(dest)
     q_dest, q_orig = shlex.quote(dest), shlex.quote(orig)
     q_absent = shlex.quote(orig + ABSENT_SUFFIX)
     return StringCommand(
         f"if [ ! -e {q_orig} ] && [ ! -e {q_absent} ]; then "
         f"mkdir -p {shlex.quote(str(Path(orig).parent))} && "
-        f"if [ -e {q_dest} ]; then cp -p {q_dest} {q_orig}; else : > {q_absent}; fi; fi"
+        f"if [ -e {q_dest} ]; then {verified_copy(q_dest, q_orig)}; else : > {q_absent}; fi; fi"
     )
 
 
 def backup_command(dest: str, keep: int = BACKUPS_KEPT) -> StringCommand:
-    """Copy dest to backups/<dest>.<UTC time>; keep the newest `keep` of them."""
+    """Copy dest to backups/<dest>.<UTC time> (checked: verified_copy); keep the newest
+    `keep` of them."""
     prefix = backup_prefix(dest)
     q_dest, q_prefix = shlex.quote(dest), shlex.quote(prefix)
     return StringCommand(
         f"if [ -e {q_dest} ]; then mkdir -p {shlex.quote(str(Path(prefix).parent))} && "
-        f"cp -p {q_dest} {q_prefix}.$(date -u +%Y%m%dT%H%M%S.%NZ) && "
+        f"{verified_copy(q_dest, q_prefix + '.$(date -u +%Y%m%dT%H%M%S.%NZ)')} && "
         f"{{ ls -1d {q_prefix}.2* | head -n -{keep} | xargs -r rm -f --; }}; fi"
     )
 
@@ -80,7 +104,7 @@ def atomic_write_commands(text: str, dest: str, mode: str, after: str | None = N
     """In one command the folder, the original kept, the old file backed up; the upload beside
     dest; in one command owner, mode, the rename over dest and `after` (each step only when
     the one before succeeded)."""
-    temp = f"{dest}.gpunode-new"
+    temp = temp_path(dest)
     q_dest, q_temp = shlex.quote(dest), shlex.quote(temp)
     finish = f"chown root:root {q_temp} && chmod {mode} {q_temp} && mv -f {q_temp} {q_dest}"
     return [

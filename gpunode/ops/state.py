@@ -9,11 +9,12 @@ from datetime import datetime, timezone
 from io import StringIO
 
 from pyinfra import host
-from pyinfra.api import FileUploadCommand, StringCommand, operation
+from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
 
 from gpunode.facts.owned import STATE_DIR, STATE_FILE, NodeState
 from gpunode.facts.snapshot import node
 from gpunode.ops.changes import report_change
+from gpunode.ops.files import temp_path
 from gpunode.ops.services import systemd_booted
 
 
@@ -40,8 +41,26 @@ def node_state(sysctl_keys: list[str], modules: list[str], unit: str,
     )
 
 
+def damaged_record_message(why: str) -> str:
+    """The refusal for a state.json that is there but not valid: the file, why, the fix."""
+    return (f"{STATE_FILE} is damaged ({why}); gpunode won't take it for \"never applied\" "
+            "(it would record tuned values as the originals). Fix: put back a good copy, or "
+            f"if the node is as it was before gpunode, remove {STATE_FILE} and run again")
+
+
+def state_problems() -> list[str]:
+    """Preflight: a damaged state.json, refused before any change (see recorded_state)."""
+    why = node().record_damaged
+    return [damaged_record_message(why)] if why else []
+
+
 def recorded_state() -> NodeState | None:
-    return node().recorded
+    """state.json validated again by NodeState (never trusted as read); OperationError naming
+    the file and the fix when it is damaged."""
+    snapshot = node()
+    if snapshot.record_damaged:
+        raise OperationError(f"{host.name}: {damaged_record_message(snapshot.record_damaged)}")
+    return snapshot.recorded
 
 
 @operation()
@@ -65,7 +84,7 @@ def state_recorded(sysctl_keys: list[str], modules: list[str], unit: str,
                   f"{len(state.sysctls)} sysctls, {len(state.modules_loaded)} modules loaded, "
                   f"{len(state.holds)} holds", where="what undo restores")
     text = json.dumps(state.to_json(), indent=2, sort_keys=True) + "\n"
-    temp = f"{STATE_FILE}.gpunode-new"
+    temp = temp_path(STATE_FILE)
     yield StringCommand(f"mkdir -p {STATE_DIR} && chmod 700 {STATE_DIR}")
     yield FileUploadCommand(StringIO(text), temp)
     yield StringCommand(f"mv -f {shlex.quote(temp)} {shlex.quote(STATE_FILE)}")

@@ -15,6 +15,8 @@ not written again in this boot ("not supported here"); any other key fails the o
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from pyinfra import host
 from pyinfra.api import operation
 
@@ -41,6 +43,15 @@ def sysctl_changes(
         and live[key] != normalize_sysctl_value(value)
         and refused.get(key) != normalize_sysctl_value(value)
     }
+
+
+def absent_sysctls(values: dict[str, str], allowed: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(keys refused, keys only noted): wanted keys this host's /proc/sys lacks (the snapshot's
+    read), refused unless `allowed` lists them (allow_absent, the defaults)."""
+    live = node().kernel.sysctls
+    missing = sorted(key for key in values if key not in live)
+    allowed = set(allowed)
+    return [k for k in missing if k not in allowed], [k for k in missing if k in allowed]
 
 
 def write_and_verify_command(key: str, value: str, best_effort: bool) -> str:

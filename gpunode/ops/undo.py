@@ -33,6 +33,7 @@ from gpunode.facts.owned import (
 from gpunode.facts.snapshot import node
 from gpunode.ops.changes import report_change
 from gpunode.ops.cmdline import report_cmdline_changes, set_grub_default_entry
+from gpunode.ops.files import temp_path
 
 
 def _same(a: FileState | None, b: FileState | None) -> bool:
@@ -143,7 +144,7 @@ def edited_file_restored(dest: str, refresh: str):
         return
     report_cmdline_changes(_tokens(text[dest], dest), _tokens(new, dest), where)
     report_change(dest, "changed since gpunode's edit", "only gpunode's parameters removed")
-    temp = f"{dest}.gpunode-new"
+    temp = temp_path(dest)
     yield FileUploadCommand(StringIO(new), temp)
     yield StringCommand(f"chown --reference={shlex.quote(dest)} {shlex.quote(temp)} && "
                         f"chmod --reference={shlex.quote(dest)} {shlex.quote(temp)} && "

@@ -6,12 +6,9 @@ PCIe node that ran at 3.4% of its theoretical decode speed (see docs/settings.md
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from pydantic import (
-    BaseModel,
-    ConfigDict,
     Field,
     ValidationInfo,
     field_validator,
@@ -32,15 +29,17 @@ from gpunode.profile.allowed import (
     SYSCTL_KEY,
     TIME_SPAN,
     CpuGovernor,
+    UserValues,
     check,
-    check_sysctl_value,
+    check_output_path,
+    checked_power_limit,
     shown,
 )
+from gpunode.profile.danger import check_i_know, node_dangers, unacknowledged
 from gpunode.profile.docs import setting_doc
-from gpunode.profile.sysctls import DEFAULT_SYSCTLS, SYSCTLS_DOC
+from gpunode.profile.sysctls import DEFAULT_SYSCTLS, SYSCTLS_DOC, merged_sysctls
 
 MAX_READ_REQUEST_SIZES = (128, 256, 512, 1024, 2048, 4096)
-POWER_LIMIT = re.compile(r"default|max|[1-9][0-9]{0,3}")
 MAX_GPU_INDEX = 63
 #: Deepest C-state index any CPU has (Intel C10); a larger cap is a typo.
 MAX_CSTATE_LIMIT = 10
@@ -48,10 +47,9 @@ MAX_CSTATE_LIMIT = 10
 MEMLOCK_LIMIT = 1 << 50
 
 
-class ProfileModel(BaseModel):
-    """Base for every profile model: unknown keys are errors, values are frozen."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class ProfileModel(UserValues):
+    """Base for every profile model: unknown keys are errors, values are frozen, text is one
+    line (UserValues)."""
 
 
 class PcieSelector(ProfileModel):
@@ -357,6 +355,20 @@ class NodeProfile(ProfileModel):
         "directory node_exporter reads (Debian's prometheus-node-exporter default).",
     )
 
+    allow_absent: list[str] = Field(
+        [], max_length=256,
+        description="sysctl keys that may be missing from a host's /proc/sys (a module not "
+        "loaded yet, another kernel): without this a key the host lacks is refused in "
+        "--dry and in the run, naming host and key (a typo such as vm.swapiness).",
+    )
+    i_know: list[str] = Field(
+        [], max_length=32,
+        description="Dangerous settings you mean (names from gpunode.profile.danger.DANGERS: "
+        "kernel.modprobe, kernel.randomize_va_space, fs.suid_dumpable, vm.nr_hugepages, "
+        "cmdline.init, cmdline.root, cmdline.module_blacklist, cmdline.modprobe.blacklist, "
+        "pcie_selector.bridges): without the name the profile is refused.",
+    )
+
     @field_validator("verify_interval")
     @classmethod
     def _time_span(cls, value: object) -> str:
@@ -367,8 +379,8 @@ class NodeProfile(ProfileModel):
     def _metrics_dir(cls, value: object) -> str:
         text = check(ABSOLUTE_DIR, value, "an absolute directory such as "
                      "'/var/lib/prometheus/node-exporter'")
-        if any(part in (".", "..") for part in text.split("/")):
-            raise ValueError(f"{shown(value)} is not an absolute directory without '.' or '..'")
+        if check_output_path(text, "a metrics directory", base="/") != text:
+            raise ValueError(f"{shown(value)} is not a normalised absolute directory")
         return text
 
     @field_validator("modules", "required_modules")
@@ -381,19 +393,7 @@ class NodeProfile(ProfileModel):
     @field_validator("gpu_power_limit", mode="before")
     @classmethod
     def _power_limit(cls, value: object) -> object:
-        if value is None:
-            return None
-        if isinstance(value, dict):
-            out = {}
-            for index, item in value.items():
-                text = str(index)
-                if isinstance(index, bool) or not text.isdigit() or int(text) > MAX_GPU_INDEX:
-                    raise ValueError(f"{shown(index)} is not a GPU index (0..{MAX_GPU_INDEX})")
-                out[int(text)] = _power_value(item)
-            if not out:
-                raise ValueError("give watts, 'default', 'max' or a mapping GPU index -> those")
-            return out
-        return _power_value(value)
+        return checked_power_limit(value, MAX_GPU_INDEX)
 
     @field_validator("max_read_request")
     @classmethod
@@ -405,21 +405,7 @@ class NodeProfile(ProfileModel):
     @field_validator("sysctls", mode="before")
     @classmethod
     def _merge_sysctls(cls, value: object) -> object:
-        if not isinstance(value, dict):
-            raise ValueError("give a mapping of sysctl key -> value")
-        if len(value) > 256:
-            raise ValueError(f"{len(value)} sysctls: at most 256")
-        merged = dict(DEFAULT_SYSCTLS)
-        for key, item in value.items():
-            if not isinstance(key, str) or not SYSCTL_KEY.fullmatch(key) or len(key) > 128:
-                raise ValueError(f"{shown(key)} is not a sysctl key such as 'vm.swappiness'")
-            if item is None:
-                merged.pop(key, None)
-            elif isinstance(item, bool) or not isinstance(item, (str, int)):
-                raise ValueError(f"{key}: {shown(item)} is not a sysctl value (string or integer)")
-            else:
-                merged[key] = check_sysctl_value(key, str(item))
-        return merged
+        return merged_sysctls(value)
 
     @field_validator("max_cstate")
     @classmethod
@@ -483,18 +469,26 @@ class NodeProfile(ProfileModel):
                   "(lowercase letters, digits, + - .)")
         return value
 
+    @field_validator("allow_absent")
+    @classmethod
+    def _absent_keys(cls, value: list[str]) -> list[str]:
+        for key in value:
+            check(SYSCTL_KEY, key, "a sysctl key such as 'vm.swappiness'")
+        return value
+
+    @field_validator("i_know")
+    @classmethod
+    def _acknowledged(cls, value: list[str]) -> list[str]:
+        return check_i_know(value)
+
     @model_validator(mode="after")
     def _required_are_listed(self) -> NodeProfile:
         missing = [m for m in self.required_modules if m not in self.modules]
         if missing:
             raise ValueError(f"required_modules {missing} are not in modules: add them there")
+        refusal = unacknowledged(node_dangers(self.sysctls, self.cmdline,
+                                              self.pcie_selector.classes), self.i_know)
+        if refusal:
+            raise ValueError(refusal)
         return self
 
-
-def _power_value(value: object) -> int | str:
-    """One power limit: watts (1-9999) or 'default'/'max'."""
-    text = str(value).strip().lower().removesuffix("w").strip()
-    if isinstance(value, bool) or not POWER_LIMIT.fullmatch(text):
-        raise ValueError(f"{shown(value)} is not a power limit: give watts such as 300, 'default' "
-                         "or 'max'")
-    return text if text in ("default", "max") else int(text)

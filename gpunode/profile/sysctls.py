@@ -6,6 +6,7 @@ gpunode/profile/node.py reads them.
 
 from __future__ import annotations
 
+from gpunode.profile.allowed import SYSCTL_KEY, check_sysctl_value, shown
 from gpunode.profile.docs import SettingDoc, setting_doc
 
 # Sized for NCCL's socket transport on 100-400 Gb/s links (NCCL falls back to sockets
@@ -55,3 +56,23 @@ SYSCTLS_DOC = setting_doc(
         "net.core.wmem_max": _BUFFERS,
     },
 )
+
+
+def merged_sysctls(value: object) -> dict[str, str]:
+    """NodeProfile.sysctls: the given keys over DEFAULT_SYSCTLS (None removes a default),
+    each key a dotted name, each value checked (check_sysctl_value)."""
+    if not isinstance(value, dict):
+        raise ValueError("give a mapping of sysctl key -> value")
+    if len(value) > 256:
+        raise ValueError(f"{len(value)} sysctls: at most 256")
+    merged = dict(DEFAULT_SYSCTLS)
+    for key, item in value.items():
+        if not isinstance(key, str) or not SYSCTL_KEY.fullmatch(key) or len(key) > 128:
+            raise ValueError(f"{shown(key)} is not a sysctl key such as 'vm.swappiness'")
+        if item is None:
+            merged.pop(key, None)
+        elif isinstance(item, bool) or not isinstance(item, (str, int)):
+            raise ValueError(f"{key}: {shown(item)} is not a sysctl value (string or integer)")
+        else:
+            merged[key] = check_sysctl_value(key, str(item))
+    return merged

@@ -194,3 +194,45 @@ def test_operation_names_fit_pyinfras_operation_line(tmp_path):
         folder.mkdir()
         names = planned(dry_run(folder, deploy, data)).splitlines()
         assert names and not [n for n in names if len(n) > 75], (deploy, names)
+
+
+def test_site_refuses_a_sysctl_key_this_kernel_lacks(tmp_path):
+    """A misspelt key (vm.swapiness) is refused in --dry naming host and key (issue 28.7),
+    unless allow_absent lists it; then it is only noted."""
+    log = dry_run(tmp_path, "deploy/site.py",
+                  {"gpunode": {"sysctls": {"vm.swapiness": "10"}}}, exit_code=1)
+    assert "refused before any change" in log and "gpunode.sysctls.vm.swapiness" in log
+    assert "allow_absent" in log
+    (tmp_path / "allowed").mkdir()  # a new inventory file: pyinfra imports each path once
+    allowed = {"sysctls": {"vm.swapiness": "10"}, "allow_absent": ["vm.swapiness"]}
+    log = dry_run(tmp_path / "allowed", "deploy/host.py", {"gpunode": allowed})
+    assert "not on this kernel, skipped: vm.swapiness" in log
+
+
+def test_a_second_run_is_refused_while_another_holds_the_node(tmp_path, monkeypatch):
+    """The real lock on this machine (issue 28.5; in a folder of its own: this test process's
+    earlier deploys hold /run/gpunode/lock for their run): a process that holds it for
+    another run; the deploy is refused before any change, naming that run."""
+    import subprocess
+    import sys
+
+    import gpunode.facts.lock as lock
+    from gpunode.facts.lock import lock_command
+
+    monkeypatch.setattr(lock, "LOCK_DIR", str(tmp_path / "run-gpunode"))
+    monkeypatch.setattr(lock, "LOCK_FILE", str(tmp_path / "run-gpunode" / "lock"))
+    monkeypatch.setattr(lock, "LOCK_WAIT_S", 1)
+
+    command = lock_command("0therrun", "run=0therrun controller=elsewhere")
+    code = (f"import subprocess, time\nout = subprocess.run(['/bin/sh', '-c', {command!r}], "
+            "capture_output=True, text=True).stdout\nprint(out, flush=True)\ntime.sleep(120)\n")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and "taken" in holder.stdout.readline()
+        log = dry_run(tmp_path, "deploy/host.py", {}, exit_code=1)
+        words = " ".join(log.split())  # the refusal is wrapped to the terminal's width
+        assert "refused before any change: another gpunode run holds" in words
+        assert "run=0therrun controller=elsewhere" in words
+    finally:
+        holder.kill()
+        holder.wait()

@@ -70,8 +70,8 @@ def test_module_names_are_normalised():
          "a kernel parameter value may hold letters"),
         ({"cmdline": {"iommu": "pt;reboot"}}, "gpunode.cmdline", "no $, backquote, quote or ;"),
         ({"pcie_selector": {"vendor": "10de\n"}}, "gpunode.pcie_selector.vendor", "4 hex"),
-        ({"nvidia_driver": "550.127.05\n"}, "gpunode.nvidia_driver", "not a version"),
-        ({"modules": ["nvidia_uvm\n"]}, "gpunode.modules", "not a kernel module name"),
+        ({"nvidia_driver": "550.127.05\n"}, "gpunode.nvidia_driver", "line break"),
+        ({"modules": ["nvidia_uvm\n"]}, "gpunode.modules", "holds a line break"),
         ({"sysctls": {"vm.swappiness\n": 1}}, "gpunode.sysctls", "not a sysctl key"),
         ({"pcie_selector": {"vendor": None, "classes": ["06"]}}, "gpunode.pcie_selector.vendor",
          "a selector must name a vendor"),
@@ -171,6 +171,6 @@ def test_a_run_validates_its_inventory_once(monkeypatch):
     real = loader.validate_hosts
     monkeypatch.setattr(loader, "validate_hosts", lambda hosts: calls.append(1) or real(hosts))
     with ctx_state.use(state):
-        first = profiles_of_run(state.inventory)
-        assert profiles_of_run(state.inventory) is first
+        first = profiles_of_run(state)
+        assert profiles_of_run(state) is first
     assert sorted(first) == ["a", "b"] and len(calls) == 1

@@ -22,6 +22,21 @@ TEMPLATES = Path(__file__).parents[2] / "gpunode" / "templates"
 # Scripts, and files a shell sources (update-grub reads grub.d/*.cfg with '.').
 SHELL_TEMPLATES = sorted([*TEMPLATES.glob("shell/*.j2"), *TEMPLATES.glob("boot/*.sh.j2"),
                           *TEMPLATES.glob("verify/*.sh.j2"), *TEMPLATES.glob("grub/*.cfg.j2")])
+#: Templates no shell reads: config files for systemd, sysctl, apt, PAM limits, modules-load.
+#: Every value in them is one line (the text rule) held to a pattern; a new template must be
+#: put in one of the two lists (test_every_template_is_classified).
+CONFIG_TEMPLATES = sorted([*TEMPLATES.glob("systemd/*.j2"), *TEMPLATES.glob("sysctl/*.j2"),
+                           *TEMPLATES.glob("apt/*.j2"), *TEMPLATES.glob("limits/*.j2"),
+                           *TEMPLATES.glob("modules-load/*.j2")])
+
+
+def test_every_template_is_classified():
+    """No template escapes the quoting rule: each is a shell template (every variable
+    shquoted, below) or a config template that no shell reads."""
+    every = sorted(TEMPLATES.rglob("*.j2"))
+    assert every == sorted([*SHELL_TEMPLATES, *CONFIG_TEMPLATES])
+    assert not set(SHELL_TEMPLATES) & set(CONFIG_TEMPLATES)
+    assert any(p.parent.name == "verify" for p in SHELL_TEMPLATES)
 EXPRESSION = re.compile(r"{{(.*?)}}", re.S)
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
-from gpunode.profile.allowed import shown
+from gpunode.profile.allowed import UserValues, shown
 from gpunode.profile.container.lxc_lines import parse_extra_lxc_line
 from gpunode.profile.container.values import (
     FEATURE_VALUES,
@@ -16,6 +16,7 @@ from gpunode.profile.container.values import (
     checked_driver_version,
     checked_properties,
 )
+from gpunode.profile.danger import check_i_know, lxc_dangers, unacknowledged
 from gpunode.profile.docs import setting_doc
 
 # Every pattern is matched whole (re.fullmatch): '$' would accept a trailing newline.
@@ -43,13 +44,12 @@ MAX_DISK_GIB = 1024 * 1024
 MAX_GPU_INDEX = 255
 MAX_MEMLOCK = 1 << 50
 # A Linux cpu/node list as cpuset.cpus and cpuset.mems take it: "0-15,32-47", "1".
-CPULIST_RE = re.compile(r"\d{1,5}(?:-\d{1,5})?(?:,\d{1,5}(?:-\d{1,5})?){0,255}")
+CPULIST_RE = re.compile(r"[0-9]{1,5}(?:-[0-9]{1,5})?(?:,[0-9]{1,5}(?:-[0-9]{1,5})?){0,255}")
 
 
-class ContainerSpec(BaseModel):
-    """One LXC container on a Proxmox GPU host, for LLM inference."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class ContainerSpec(UserValues):
+    """One LXC container on a Proxmox GPU host, for LLM inference (one-line text, unknown keys
+    refused: UserValues)."""
 
     vmid: int = Field(
         strict=True,
@@ -230,6 +230,13 @@ class ContainerSpec(BaseModel):
             runtime="each line added to /etc/pve/lxc/VMID.conf when missing",
         ),
     )
+    i_know: list[str] = Field(
+        default_factory=list,
+        max_length=8,
+        description="Dangerous extra_lxc lines you mean: 'lxc.cgroup2.devices.allow' (for "
+        "'a': every host device) and 'lxc.apparmor.profile' (for 'unconfined'); without the "
+        "name such a line is refused.",
+    )
     restart_allowed: bool = Field(
         default=False,
         description="May gpunode restart the running container to apply changes that only "
@@ -326,12 +333,28 @@ class ContainerSpec(BaseModel):
     def _cpuset(cls, value: str | None) -> str | None:
         if value is not None and value != "auto" and not CPULIST_RE.fullmatch(value):
             raise ValueError("must be 'auto', a list such as '0-15,32-47', or null")
+        for part in (value or "").split(","):
+            low, _, high = part.partition("-")
+            if high and int(high) < int(low):
+                raise ValueError(f"range {part!r} runs backwards: write it as '{high}-{low}'")
         return value
 
     @field_validator("nvidia_driver")
     @classmethod
     def _driver(cls, value: str | None) -> str | None:
         return checked_driver_version(value)
+
+    @field_validator("i_know")
+    @classmethod
+    def _acknowledged(cls, value: list[str]) -> list[str]:
+        return check_i_know(value)
+
+    @model_validator(mode="after")
+    def _dangers_acknowledged(self) -> ContainerSpec:
+        refusal = unacknowledged(lxc_dangers(self.extra_lxc_entries), self.i_know)
+        if refusal:
+            raise ValueError(f"extra_lxc: {refusal}")
+        return self
 
     @property
     def extra_lxc_entries(self) -> list[tuple[str, str]]:

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from gpunode.profile.allowed import shown
+from gpunode.profile.allowed import did_you_mean, shown
 from gpunode.profile.container.spec import ContainerSpec
 
 
@@ -94,7 +94,8 @@ def _problems_from_validation(
         if err["type"] == "extra_forbidden":
             path = f"{prefix}.{field}"
             problem = "unknown key"
-            fix = f"remove it or use one of: {allowed_keys}"
+            fix = (f"remove it or use one of: {allowed_keys}"
+                   f"{did_you_mean(field, ContainerSpec.model_fields)}")
         elif err["type"] == "missing":
             path = f"{prefix}.{field}"
             problem = "is required"

@@ -7,6 +7,7 @@ import re
 from collections.abc import Callable
 
 from gpunode.profile.allowed import (
+    ASCII_INTEGER,
     CONTROL,
     DRIVER_VERSION,
     FS_TYPES,
@@ -46,7 +47,7 @@ def _flag(value: str) -> str:
 
 def _int_in(low: int, high: int) -> Callable[[str], str]:
     def checked(value: str) -> str:
-        if not value.isdigit() or not low <= int(value) <= high:
+        if not ASCII_INTEGER.fullmatch(value) or not low <= int(value) <= high:
             raise ValueError(f"{shown(value)} is not an integer from {low} to {high}")
         return value
 

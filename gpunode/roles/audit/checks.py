@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from gpunode.facts.cmdline import format_param, missing_params
 from gpunode.facts.kernel_params import normalize_sysctl_value
+from gpunode.facts.shell_assign import ShellValueError
 from gpunode.ops.cpu import cpu_cmdline_params, states_to_disable
 from gpunode.ops.modules import plan_modules
 from gpunode.ops.pcie import (
@@ -157,7 +158,11 @@ def check_cmdline(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
     wanted = cpu_cmdline_params(snap.cpu, profile.max_cstate, profile.amd_pstate)
     wanted.update(profile.cmdline)
     checks = []
-    not_configured = missing_params(snap.cmdline.configured, wanted)
+    try:
+        not_configured = missing_params(snap.cmdline.configured, wanted)
+    except ShellValueError as exc:  # the audit reports it; the deploy refuses it
+        return [Check(name="cmdline (bootloader config)", status="P1", live=str(exc)[:200],
+                      fix="make the assignment literal words (see the deploy's refusal)")]
     not_booted = missing_params(snap.cmdline.booted, wanted)
     no_config = (snap.cmdline.grub_default_text is None
                  and snap.cmdline.kernel_cmdline_text is None)

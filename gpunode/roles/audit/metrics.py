@@ -18,9 +18,10 @@ file in the same directory, renamed over the target).
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Gauge, generate_latest, write_to_textfile
+from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from gpunode.profile.check import Check
 
@@ -77,12 +78,32 @@ def metrics_path(template: str, host_name: str) -> Path:
 
 
 def write_textfile(path: Path, registry: CollectorRegistry, mode: int = 0o644) -> None:
-    """Write the metrics to path whole (prometheus_client's write_to_textfile: a temporary
-    file beside it whose name does not end in .prom, renamed over path), readable by
-    node_exporter whatever the umask."""
+    """Write the metrics to path whole, in prometheus_client's exposition format
+    (generate_latest), through write_atomic: readable by node_exporter whatever the umask."""
+    write_atomic(path, generate_latest(registry).decode(), mode)
+
+
+def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    """Write text to path whole: a temporary file beside it (not *.prom, so node_exporter
+    never reads it half-written; created new, O_EXCL, so never a link), fsync, rename over
+    path (a link there is replaced, never followed). A folder on the way that is a symlink
+    is refused: the file would land somewhere else than it says."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_to_textfile(str(path), registry)
-    os.chmod(path, mode)
+    folder = os.path.abspath(path.parent)
+    if os.path.realpath(folder) != folder:
+        raise ValueError(f"{path}: {folder} is or goes through a symlink (to "
+                         f"{os.path.realpath(folder)}): name the real folder")
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(temp, mode)
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
 
 
 def write_node_metrics(host_name: str, target: object, settings: list[Check],

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from gpunode import __version__
 from gpunode.profile.check import Check, open_count, subject_of
+from gpunode.roles.audit.metrics import write_atomic
 
 RANK_ORDER = {"P0": 0, "P1": 1, "P2": 2}
 REPORT_FORMATS = {"json": ("json",), "md": ("md",), "both": ("json", "md"), "none": (),
@@ -290,21 +291,21 @@ def report_stem(host: str) -> str:
 
 def write_reports(host: str, checks: list[Check], formats: Iterable[str],
                   directory: str | Path = "reports") -> list[Path]:
-    """Write DIRECTORY/<host>.json and/or .md (local files, never on the node)."""
+    """Write DIRECTORY/<host>.json and/or .md (local files, never on the node), each whole
+    and without following a link (write_atomic)."""
     written: list[Path] = []
     formats = tuple(formats)
     if not formats:
         return written
     folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
     stem = report_stem(host)
     if "json" in formats:
         path = folder / f"{stem}.json"
-        path.write_text(json.dumps(to_json(host, checks), indent=2) + "\n", encoding="utf-8")
+        write_atomic(path, json.dumps(to_json(host, checks), indent=2) + "\n")
         written.append(path)
     if "md" in formats:
         path = folder / f"{stem}.md"
-        path.write_text(render_markdown(host, checks), encoding="utf-8")
+        write_atomic(path, render_markdown(host, checks))
         written.append(path)
     return written
 

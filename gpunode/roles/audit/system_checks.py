@@ -17,6 +17,7 @@ from gpunode.facts.kernels import KernelPackages
 from gpunode.facts.nvidia import NvidiaSmiReport
 from gpunode.facts.pcie import PcieDevice
 from gpunode.facts.proxmox import esp_problem_message
+from gpunode.facts.shell_assign import ShellValueError
 from gpunode.profile.check import DEPLOY_FIX, Check, not_applicable, ok
 from gpunode.profile.container import cgroup_v1_fix
 from gpunode.profile.node import NodeProfile
@@ -146,7 +147,10 @@ def grub_default_kernel(snap: NodeSnapshot) -> str | None:
     text = snap.cmdline.grub_default_text
     if not text:
         return None
-    match = _GRUB_KERNEL_RE.search(grub_cmdline_value(text, "GRUB_DEFAULT"))
+    try:
+        match = _GRUB_KERNEL_RE.search(grub_cmdline_value(text, "GRUB_DEFAULT"))
+    except ShellValueError:  # not literal words: no kernel named (check_cmdline reports it)
+        return None
     return match.group(1) if match else None
 
 

@@ -28,7 +28,7 @@ from gpunode.pyinfra_adapter import deploy
 from gpunode.roles.container.defaults import ContainerSettings
 from gpunode.roles.container.ops import needs, nvidia_userspace, verify_container
 
-__all__ = ["container_driver"]
+__all__ = ["container_driver", "needs"]
 
 
 @deploy("gpunode: container")

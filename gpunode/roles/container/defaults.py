@@ -21,8 +21,9 @@ keeps every driver version.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import Field, field_validator
 
+from gpunode.profile.allowed import UserValues
 from gpunode.profile.container import checked_driver_version, checked_package_names
 from gpunode.profile.docs import setting_doc
 
@@ -33,10 +34,9 @@ CONTAINER_DATA_KEY = "gpunode_container"
 DEFAULT_PACKAGES = ["nvidia-smi", "libnvidia-ml1", "libcuda1", "libnvidia-ptxjitcompiler1"]
 
 
-class ContainerSettings(BaseModel):
-    """What the container role needs to know about one container."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class ContainerSettings(UserValues):
+    """What the container role needs to know about one container (UserValues: one-line text,
+    unknown keys refused)."""
 
     nvidia_driver: str | None = Field(
         default=None,

@@ -22,8 +22,9 @@ from gpunode.ops.cpu import cstate_script_variables
 from gpunode.ops.files import template_file
 from gpunode.ops.preflight import uninstallable
 from gpunode.ops.services import systemd_booted, unit_enabled_and_running
+from gpunode.ops.sysctl import absent_sysctls
 from gpunode.profile.node import NodeProfile
-from gpunode.profile.sysctls import BEST_EFFORT_SYSCTLS
+from gpunode.profile.sysctls import BEST_EFFORT_SYSCTLS, DEFAULT_SYSCTLS
 from gpunode.pyinfra_adapter import deploy
 
 SYSCTL_FILE = "/etc/sysctl.d/90-gpunode.conf"
@@ -38,9 +39,18 @@ OWNED_FILES = (SYSCTL_FILE, MODULES_FILE, LIMITS_FILE, SYSTEMD_MEMLOCK_FILE, BOO
                BOOT_UNIT_FILE)
 
 
-def host_tuning_problems() -> list[str]:
-    """What can't succeed, known before any change: a tool with no installation candidate."""
-    return uninstallable(PACKAGES)
+def host_tuning_problems(profile: NodeProfile) -> list[str]:
+    """What can't succeed, known before any change: a tool with no installation candidate, a
+    sysctl key this host's /proc/sys lacks (a typo such as vm.swapiness) that neither
+    allow_absent nor the defaults list; the allowed absent keys are always noted."""
+    refused, noted = absent_sysctls(profile.sysctls, [*profile.allow_absent, *DEFAULT_SYSCTLS])
+    if noted:
+        log_wrapped(logger.warning, f"{host.name}: sysctls not on this kernel, skipped: "
+                    f"{', '.join(noted)}")
+    return uninstallable(PACKAGES) + [
+        f"gpunode.sysctls.{key}: {key!r} is not in this host's /proc/sys (a typo, or a module "
+        "not loaded). Fix: correct the key, or list it in allow_absent to skip it here"
+        for key in refused]
 
 
 def memlock_values(memlock: str | int) -> tuple[str, str]:

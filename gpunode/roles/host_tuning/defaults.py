@@ -56,6 +56,13 @@ the schema (gpunode/profile/node.py); the list below is generated from it (make 
   `setpci -s BRIDGE ECAP_ACS+0x6.w=0000:003d` (SrcValid, ReqRedir, CmpltRedir, UpstreamFwd,
   EgressCtrl) on the bridges above `pcie_selector` devices only. At boot: boot unit (sysfs
   parents of the matched devices). Read back: ACSCtl read back after each write.
+- allow_absent (default `[]`): sysctl keys that may be missing from a host's /proc/sys (a module
+  not loaded yet, another kernel): without this a key the host lacks is refused in --dry and in
+  the run, naming host and key (a typo such as vm.swapiness).
+- i_know (default `[]`): Dangerous settings you mean (names from gpunode.profile.danger.DANGERS:
+  kernel.modprobe, kernel.randomize_va_space, fs.suid_dumpable, vm.nr_hugepages, cmdline.init,
+  cmdline.root, cmdline.module_blacklist, cmdline.modprobe.blacklist, pcie_selector.bridges):
+  without the name the profile is refused.
 <!-- /gpunode:generated -->
 """
 
@@ -63,7 +70,7 @@ from gpunode.profile.node import DEFAULT_SYSCTLS, NodeProfile, PcieSelector
 
 SCHEMA = NodeProfile
 READS = ("modules", "required_modules", "max_read_request", "pcie_selector", "sysctls",
-         "max_cstate", "cpu_governor", "memlock", "pcie_acs_redirect")
+         "max_cstate", "cpu_governor", "memlock", "pcie_acs_redirect", "allow_absent", "i_know")
 DEFAULTS = NodeProfile()
 
 __all__ = ["DEFAULTS", "DEFAULT_SYSCTLS", "READS", "SCHEMA", "NodeProfile", "PcieSelector"]

@@ -11,12 +11,13 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict
 from pyinfra import host, logger
 
-from gpunode.facts.cmdline import CmdlineState, missing_params
+from gpunode.facts.cmdline import GRUB_CMDLINE_VAR, CmdlineState, missing_params
 from gpunode.facts.cpu import CpuState
 from gpunode.facts.kernels import KernelPackages
 from gpunode.facts.proxmox import (
     esp_problem_message,
 )
+from gpunode.facts.shell_assign import ShellValueError
 from gpunode.facts.snapshot import Needs, node
 from gpunode.ops import proxmox
 from gpunode.ops.apt import apt_hold
@@ -75,12 +76,21 @@ def kernel_pin_for_host(profile: NodeProfile) -> KernelPin | None:
 
 
 def kernel_problems(profile: NodeProfile) -> list[str]:
-    """What can't succeed, known before any change: a pinned kernel that isn't installed."""
+    """What can't succeed, known before any change: a pinned kernel that isn't installed, a
+    GRUB assignment gpunode can't rewrite without changing its meaning (shell_assign)."""
+    problems = []
     try:
         kernel_pin_for_host(profile)
     except ProfileError as exc:
-        return [str(exc)]
-    return []
+        problems.append(str(exc))
+    state = node().cmdline
+    if state.grub_default_text is not None and not uses_systemd_boot(state, profile.bootloader):
+        try:
+            for var in (GRUB_CMDLINE_VAR, "GRUB_DEFAULT"):
+                state.grub_value(var)
+        except ShellValueError as exc:
+            problems.append(str(exc))
+    return problems
 
 
 class BootPlan(BaseModel):

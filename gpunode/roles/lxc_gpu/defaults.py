@@ -75,6 +75,9 @@ generated from it (make docs). GPU lines are computed from the host's /proc/devi
   '..'). lxc.hook.* lines are accepted and run their command on the Proxmox host as root at
   every container start: the dry run lists them. Now: each line added to /etc/pve/lxc/VMID.conf
   when missing.
+- i_know (default `[]`): Dangerous extra_lxc lines you mean: 'lxc.cgroup2.devices.allow' (for
+  'a': every host device) and 'lxc.apparmor.profile' (for 'unconfined'); without the name such a
+  line is refused.
 - restart_allowed (default `false`): May gpunode restart the running container to apply changes
   that only take effect at start (raw lxc.* lines, [pve:pending] options)? If not, the run
   reports 'pending restart' and changes nothing else. Why: a restart stops the model server: opt

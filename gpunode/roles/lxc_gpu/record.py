@@ -21,6 +21,7 @@ from gpunode.facts import pve_config
 from gpunode.facts.owned import STATE_DIR
 from gpunode.facts.sections import FactModel
 from gpunode.facts.snapshot import Needs, Part, node
+from gpunode.ops.files import temp_path
 
 RECORD_DIR = f"{STATE_DIR}/lxc"
 
@@ -111,7 +112,7 @@ def container_record(vmid: int) -> LxcLinesRecord | None:
 def record_commands(vmid: int, record: LxcLinesRecord) -> list[Any]:
     """Write the record atomically (temporary file + rename)."""
     path = record_path(vmid)
-    temp = f"{path}.gpunode-new"
+    temp = temp_path(path)
     return [
         StringCommand(f"mkdir -p {shlex.quote(RECORD_DIR)}"),
         FileUploadCommand(StringIO(json.dumps(record.to_json(), indent=2) + "\n"), temp),

@@ -121,7 +121,7 @@ def nvidia_driver(profile: NodeProfile) -> None:
     if have is not None and wanted is not None and have != wanted:
         packages = packages_to_install(profile, wanted)
         if profile.nvidia_driver_change:
-            version = f"={profile.nvidia_driver}*" if profile.nvidia_driver else ""
+            version = f"={profile.nvidia_driver}-*" if profile.nvidia_driver else ""
             apt_hold(name="Release NVIDIA holds for the flavour change",
                      packages=sorted(set(packages)), held=False)
             apt_update(name="apt-get update")

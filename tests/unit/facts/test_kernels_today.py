@@ -145,7 +145,7 @@ def test_kernel_pin_accepts_every_real_release(release):
 @pytest.mark.parametrize("value", ["7.0", "6.17", "proxmox-kernel-6.17", "linux-image-amd64",
                                    "6.12.69+deb13-amd64\n", " 6.14.11-5-pve", "6.8.4-2-pve;true"])
 def test_kernel_pin_refuses_series_package_names_and_unanchored_text(value):
-    with pytest.raises(ValueError, match="not a kernel version"):
+    with pytest.raises(ValueError, match="not a kernel version|line break"):
         NodeProfile(kernel_pin=value)
 
 

@@ -95,6 +95,7 @@ def test_good_values_are_accepted():
             "lxc.mount.entry = /dev/net/tun dev/net/tun none bind,create=file",
             "lxc.apparmor.profile: unconfined",
         ],
+        i_know=["lxc.apparmor.profile"],  # unconfined is allowed when said (issue 28.7)
         nvidia_driver="550.127.05",
         net0="name=eth0,bridge=vmbr1,ip=10.0.0.5/24,gw=10.0.0.1,tag=20,firewall=1",
     )
@@ -315,13 +316,13 @@ def test_property_string():
         ("features", "nesting=yes", "feature nesting='yes' is not 0 or 1"),
         ("features", "mount=nfs`id`", "feature mount="),
         ("ostemplate", "local:vztmpl/$(id).tar.zst", "must be 'STORAGE:vztmpl/FILE.tar.zst'"),
-        ("hostname", "llm-a\n", "must be one RFC 1123 label"),
-        ("rootfs_storage", "local-lvm\n", "must be a Proxmox storage id"),
-        ("nvidia_driver", "550.127.05\n", "must be a driver version"),
+        ("hostname", "llm-a\n", "holds a line break"),
+        ("rootfs_storage", "local-lvm\n", "holds a line break"),
+        ("nvidia_driver", "550.127.05\n", "holds a line break"),
         ("memory", 1 << 40, "less than or equal to"),
         ("extra_lxc", ["lxc.mount.entry: /dev/../dev/nvidia0 dev/nvidia0 none bind"],
          "'/dev/../dev/nvidia0' is not a mount source"),
-        ("extra_lxc", ["lxc.cap.drop: x\nlxc.hook.start: /bin/sh"], "must be one line"),
+        ("extra_lxc", ["lxc.cap.drop: x\nlxc.hook.start: /bin/sh"], "holds a line break"),
         ("extra_lxc", ["lxc.cgroup2.devices.allow: c 1:1 rwm; id"], "is not a lxc.cgroup2"),
     ],
 )

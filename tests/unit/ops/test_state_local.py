@@ -54,8 +54,9 @@ def test_a_first_apply_records_this_machines_values_in_a_file_its_fact_reads_bac
                            modules=["loop"], unit="gpunode-tune.service")
     mkdir, upload, move = commands
     assert str(mkdir) == f"mkdir -p {STATE_DIR} && chmod 700 {STATE_DIR}"
-    assert isinstance(upload, FileUploadCommand) and upload.dest == f"{STATE_FILE}.gpunode-new"
-    assert str(move) == f"mv -f {STATE_FILE}.gpunode-new {STATE_FILE}"
+    assert isinstance(upload, FileUploadCommand)
+    assert upload.dest == f"{STATE_FILE}.gpunode-new.test-run"
+    assert str(move) == f"mv -f {STATE_FILE}.gpunode-new.test-run {STATE_FILE}"
     text = upload.src.getvalue()
     record = NodeState.model_validate(RecordedState().process(text.splitlines()))
     with open("/proc/sys/vm/swappiness") as live:

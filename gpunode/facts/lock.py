@@ -1,0 +1,98 @@
+"""One gpunode run at a time on a node: a lock under /run held for the whole run.
+
+pyinfra runs each remote command in its own shell, so no shell can hold a lock for the run.
+The run's first remote step (NodeLock: the first part of the run's one read, asked for by
+every deploy that changes the node) starts a small holder in the background: `flock -n
+/run/gpunode/lock` around a loop that lives as long as the process the run's commands come
+from (the SSH session's sshd, or pyinfra itself with @local). It writes
+/run/gpunode/lock.owner (run id, controller host, user, pid, time) and
+removes it on the way out. So the lock is held exactly while the run's connection is up: a
+finished, failed or killed run frees it within a second, a reboot clears /run, and nothing
+has to be released by hand. A second run finds the flock taken (after waiting up to 15 s for
+a run that just ended) and is refused before any change, told the owner line; the same run (a
+second deploy) finds its own run id and goes on. A reboot in the run ends its SSH session and
+so the lock; what the run does after it (reading back) takes none. GPUNODE_RUN_ID fixes the
+run id (tests): runs that share one share the lock.
+"""
+
+from __future__ import annotations
+
+import getpass
+import os
+import shlex
+import socket
+from datetime import datetime, timezone
+
+from pyinfra.api import FactBase
+
+from gpunode.facts.sections import FactModel
+from gpunode.pyinfra_adapter import run_id
+
+LOCK_DIR = "/run/gpunode"
+LOCK_FILE = f"{LOCK_DIR}/lock"
+OWNER_FILE = f"{LOCK_FILE}.owner"
+#: Seconds a run waits for the lock of a run that just ended (its holder sees the session go).
+LOCK_WAIT_S = 15
+#: The shells and wrappers between a remote command and the process that stands for the run.
+_WRAPPERS = "sh|dash|bash|sudo|su|doas|env|timeout"
+
+
+def owner_line(run: str) -> str:
+    """Who holds the lock, as the owner file says it."""
+    now = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return (f"run={run} controller={socket.gethostname()} user={getpass.getuser()} "
+            f"pid={os.getpid()} since={now}")
+
+
+def lock_command(run: str, owner: str) -> str:
+    """Shell: take the node lock for this run (see the module docstring); prints one line,
+    'gpunode-lock: taken|ours' or 'gpunode-lock: held: OWNER LINE'."""
+    d, q_run, q_owner = shlex.quote(LOCK_DIR), shlex.quote(f"run={run} "), shlex.quote(owner)
+    holder = ('printf "%s\\n" "$1" > "$2.owner.new" && mv -f "$2.owner.new" "$2.owner"; '
+              'while kill -0 "$3" 2>/dev/null; do sleep 1; done; rm -f "$2.owner"')
+    return "\n".join([
+        f"d={d}; mkdir -p \"$d\" && chmod 700 \"$d\" || exit 2",
+        "owner() { cat \"$d/lock.owner\" 2>/dev/null || echo 'unknown (no owner file)'; }",
+        f"mine() {{ grep -qsF {q_run} \"$d/lock.owner\"; }}",
+        "if mine && ! flock -n \"$d/lock\" true; then echo 'gpunode-lock: ours'; exit 0; fi",
+        # A run that just ended frees the lock within a second or two of its connection closing
+        # (a slow guest: longer), so a run that follows at once waits a little for it.
+        f"if ! flock -w {int(LOCK_WAIT_S)} \"$d/lock\" true; then "
+        "echo \"gpunode-lock: held: $(owner)\"; exit 0; fi",
+        "watch=$PPID",
+        f"while [ \"$watch\" -gt 1 ]; do case \"$(cat /proc/$watch/comm 2>/dev/null)\" in "
+        f"{_WRAPPERS}) watch=$(cut -d' ' -f4 /proc/$watch/stat);; *) break;; esac; done",
+        f"setsid flock -n \"$d/lock\" sh -c {shlex.quote(holder)} gpunode-lock {q_owner} "
+        "\"$d/lock\" \"$watch\" </dev/null >/dev/null 2>&1 &",
+        "i=0; while [ $i -lt 100 ]; do mine && { echo 'gpunode-lock: taken'; exit 0; }; "
+        "sleep 0.1; i=$((i+1)); done",
+        "echo \"gpunode-lock: held: $(owner)\"",
+    ])
+
+
+def lock_refusal(output: str) -> str | None:
+    """The refusal for lock_command's output, None when this run holds the lock."""
+    line = next((ln for ln in output.splitlines() if ln.startswith("gpunode-lock: ")), "")
+    state = line.removeprefix("gpunode-lock: ")
+    if state in ("taken", "ours"):
+        return None
+    holder = state.removeprefix("held: ") if state.startswith("held: ") else "unknown"
+    return (f"another gpunode run holds {LOCK_FILE} ({holder}): wait for it to finish and run "
+            "again; the lock goes when that run's connection closes (or at reboot)")
+
+
+class LockState(FactModel):
+    """What taking the lock gave: None = this run holds it, else the refusal."""
+
+    refusal: str | None = None
+
+
+class NodeLock(FactBase):
+    """Take the node lock for this run (the first part of the run's one read, see
+    gpunode.facts.snapshot): its LockState."""
+
+    def command(self) -> str:
+        return lock_command(run_id(), owner_line(run_id()))
+
+    def process(self, output: list[str]) -> LockState:
+        return LockState(refusal=lock_refusal("\n".join(output)))
