@@ -91,10 +91,13 @@ def _gpu_facts() -> dict[str, Any]:
 
 
 def needs(specs: Sequence[ContainerSpec]) -> Needs:
-    """What the container operations read: the host's NVIDIA devices, GPU NUMA nodes,
-    Proxmox version, `pct list`, gpunode's records, and each container's config (as written
-    and as started)."""
-    vmids = [int(spec.vmid) for spec in specs]
+    """What the container operations read (see containers_needs)."""
+    return containers_needs([int(spec.vmid) for spec in specs])
+
+
+def containers_needs(vmids: Sequence[int]) -> Needs:
+    """The host's NVIDIA devices, GPU NUMA nodes, Proxmox version, `pct list`, gpunode's
+    records, and each container's config (as written and as started)."""
     return record_needs() | Needs(parts=(
         Part(name="nvidia_devices", fact=NvidiaDevices),
         Part(name="gpu_numa", fact=GpuNumaTopology),

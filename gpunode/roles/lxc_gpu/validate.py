@@ -17,20 +17,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from pyinfra.context import ctx_host
+
 from gpunode.facts import pve_config
 from gpunode.facts.gpu_numa import GpuNuma, format_cpulist, parse_cpulist
 from gpunode.facts.lxc import (
-    GpuNumaTopology,
-    NvidiaDevices,
     PveGuest,
     PveGuests,
-    PveLxcConfigText,
     existing_guest_names,
 )
-from gpunode.facts.nvidia import NvidiaDriverVersion
 from gpunode.facts.nvidia_devices import DeviceNode, PassthroughError, gpu_indices_on_host
-from gpunode.facts.proxmox import PveVersion, PveVersionFact
+from gpunode.facts.proxmox import PveVersion
 from gpunode.facts.sections import as_model, fact_data
+from gpunode.facts.snapshot import Needs, Part, read_node
 from gpunode.profile.container import (
     ContainerSpec,
     ContainerSpecError,
@@ -43,6 +42,7 @@ from gpunode.profile.container.declared import (
     ContainerDeployError,
     declared_containers,
 )
+from gpunode.roles.lxc_gpu.ops import containers_needs
 from gpunode.roles.lxc_gpu.plan import gpu_lines
 from gpunode.roles.lxc_gpu.takeover import passthrough_style
 
@@ -76,32 +76,47 @@ class HostFacts:
 
 
 
+def declared_vmids(raw: Any) -> list[int]:
+    """The integer vmids of a host's container declarations (the rest is refused later)."""
+    items = raw if isinstance(raw, list) else []
+    return [item["vmid"] for item in items
+            if isinstance(item, Mapping) and isinstance(item.get("vmid"), int)]
+
+
+def validation_needs(raw: Any) -> Needs:
+    """What validating one host reads: what its container operations read (so the run reads
+    the host once), its guests, the loaded driver, and the node lock (the run's first step)."""
+    return containers_needs(declared_vmids(raw)) | Needs(
+        lock=True, nvidia=True, parts=(Part(name="pve_guests", fact=PveGuests),))
+
+
 def read_host_facts(host: Any, raw: Any) -> HostFacts:
-    """Read the facts of one host that declares containers (a few small commands)."""
-    guests_fact = fact_data(host.get_fact(PveGuests))
+    """Read one host that declares containers: its snapshot (one command; the container
+    operations plan from the same one)."""
+    with ctx_host.use(host):
+        snapshot = read_node(validation_needs(raw))
+    parts = snapshot.parts
+    guests_fact = fact_data(parts.get("pve_guests"))
     if guests_fact is None:
         return HostFacts(node=None)
     guests = {
         int(vmid): PveGuest(**dict(g)) for vmid, g in dict(guests_fact["guests"]).items()
     }
-    devices_fact = fact_data(host.get_fact(NvidiaDevices))
+    devices_fact = fact_data(parts["nvidia_devices"])
     facts = HostFacts(
         node=str(guests_fact["node"]),
         guests=guests,
         majors={str(k): int(v) for k, v in dict(devices_fact["majors"]).items()},
         devices=[DeviceNode(**dict(d)) for d in devices_fact["devices"]],
-        driver=host.get_fact(NvidiaDriverVersion),
+        driver=snapshot.driver_loaded,
     )
-    pve = as_model(PveVersion, host.get_fact(PveVersionFact))
+    pve = as_model(PveVersion, parts["pve"])
     facts.pve_version = pve.manager_version if pve.present else None
-    facts.numa = as_model(GpuNuma, host.get_fact(GpuNumaTopology))
-    for item in raw if isinstance(raw, list) else []:
-        vmid = item.get("vmid") if isinstance(item, Mapping) else None
-        if not isinstance(vmid, int):
-            continue
+    facts.numa = as_model(GpuNuma, parts["gpu_numa"])
+    for vmid in declared_vmids(raw):
         guest = guests.get(vmid)
         if guest is not None and guest.kind == "ct" and guest.node == facts.node:
-            facts.configs[vmid] = host.get_fact(PveLxcConfigText, vmid=vmid)
+            facts.configs[vmid] = parts.get(f"config:{vmid}")
     return facts
 
 

@@ -7,6 +7,7 @@ import pytest
 from gpunode.facts.gpu_numa import GpuNuma
 from gpunode.facts.lxc import PveGuest
 from gpunode.facts.nvidia_devices import parse_nvidia_dev_listing, parse_proc_devices
+from gpunode.facts.snapshot import NodeRead, Snapshot
 from gpunode.profile.container import ContainerSpecError
 from gpunode.roles.lxc_gpu.validate import (
     ContainerDeployError,
@@ -94,6 +95,10 @@ def test_changes_proxmox_cannot_make_are_refused_before_any_change():
     assert any("rootfs is 128 GiB" in line for line in lines)
 
 
+FACT_NAMES = {"PveGuests", "NvidiaDevices", "PveLxcConfigText", "PveVersionFact",
+              "GpuNumaTopology"}
+
+
 class FakeHost:
     def __init__(self, name, data, host_facts=None):
         self.name = name
@@ -102,6 +107,11 @@ class FakeHost:
         self.reads = 0
 
     def get_fact(self, cls, **kwargs):
+        if cls is NodeRead:  # the one read: each part as the fact below answers it
+            needs = kwargs["needs"]
+            parts = {part.name: self.get_fact(part.fact, **dict(part.kwargs))
+                     for part in needs.parts if part.fact.__name__ in FACT_NAMES}
+            return Snapshot(parts=parts, driver_loaded=self._facts.driver)
         self.reads += 1
         f = self._facts
         name = cls.__name__
