@@ -6,7 +6,6 @@ PCIe node that ran at 3.4% of its theoretical decode speed (see README, "Setting
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from pydantic import (
@@ -37,11 +36,10 @@ from gpunode.profile.allowed import (
     shown,
 )
 from gpunode.profile.docs import setting_doc
+from gpunode.profile.nvidia_options import check_module_options, power_limit_setting
 from gpunode.profile.sysctls import DEFAULT_SYSCTLS, SYSCTLS_DOC
 
 MAX_READ_REQUEST_SIZES = (128, 256, 512, 1024, 2048, 4096)
-POWER_LIMIT = re.compile(r"default|max|[1-9][0-9]{0,3}")
-MAX_GPU_INDEX = 63
 #: Deepest C-state index any CPU has (Intel C10); a larger cap is a typo.
 MAX_CSTATE_LIMIT = 10
 #: RLIMIT_MEMLOCK upper bound in bytes (1 PiB): a larger number is a typo, use 'unlimited'.
@@ -288,6 +286,20 @@ class NodeProfile(ProfileModel):
             readback="`power.limit` right after the write; `nvidia-smi -q -x`",
         ),
     )
+    nvidia_module_options: dict[str, int] = Field(
+        {}, max_length=32,
+        description="NVIDIA kernel module options (known NVreg_* options of nvidia and "
+        "nvidia_uvm parameters, integers in each one's range; e.g. "
+        "{NVreg_DynamicPowerManagement: 0} keeps GPUs out of runtime D3). Written to "
+        "/etc/modprobe.d/gpunode-nvidia.conf; live at the next driver load.",
+        json_schema_extra=setting_doc(
+            why="driver defaults that don't suit a server (runtime power management)",
+            persistence="`/etc/modprobe.d/gpunode-nvidia.conf`; `update-initramfs -u` when the "
+                        "initramfs holds the module",
+            readback="`/proc/driver/nvidia/params`, `/sys/module/<module>/parameters/`: "
+                     "\"pending driver reload / reboot\" until they show the value",
+        ),
+    )
     pcie_acs_redirect: Literal["keep", "off"] = Field(
         "keep",
         description="off clears the ACS redirect bits (SrcValid, ReqRedir, CmpltRedir, "
@@ -381,19 +393,12 @@ class NodeProfile(ProfileModel):
     @field_validator("gpu_power_limit", mode="before")
     @classmethod
     def _power_limit(cls, value: object) -> object:
-        if value is None:
-            return None
-        if isinstance(value, dict):
-            out = {}
-            for index, item in value.items():
-                text = str(index)
-                if isinstance(index, bool) or not text.isdigit() or int(text) > MAX_GPU_INDEX:
-                    raise ValueError(f"{shown(index)} is not a GPU index (0..{MAX_GPU_INDEX})")
-                out[int(text)] = _power_value(item)
-            if not out:
-                raise ValueError("give watts, 'default', 'max' or a mapping GPU index -> those")
-            return out
-        return _power_value(value)
+        return power_limit_setting(value)
+
+    @field_validator("nvidia_module_options", mode="before")
+    @classmethod
+    def _module_options(cls, value: object) -> object:
+        return check_module_options(value)
 
     @field_validator("max_read_request")
     @classmethod
@@ -490,11 +495,3 @@ class NodeProfile(ProfileModel):
             raise ValueError(f"required_modules {missing} are not in modules: add them there")
         return self
 
-
-def _power_value(value: object) -> int | str:
-    """One power limit: watts (1-9999) or 'default'/'max'."""
-    text = str(value).strip().lower().removesuffix("w").strip()
-    if isinstance(value, bool) or not POWER_LIMIT.fullmatch(text):
-        raise ValueError(f"{shown(value)} is not a power limit: give watts such as 300, 'default' "
-                         "or 'max'")
-    return text if text in ("default", "max") else int(text)
