@@ -45,6 +45,13 @@ def test_boot_script_is_valid_shell(shell):
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.parametrize("shell", ["bash", "dash"])
+def test_device_nodes_script_is_valid_shell(shell):
+    script = render_template("boot/gpunode-nvidia-nodes.sh.j2", unit="gpunode-nvidia-nodes")
+    proc = subprocess.run([shell, "-n"], input=script, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
 EXTRA_LXC_LINES = [
     "lxc.hook.pre-start: /usr/local/bin/check-gpu $(id)",
     "lxc.apparmor.raw: deny /srv/** w, # $(touch /tmp/gpunode-pwned); x",
