@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from gpunode.facts.audit import IommuState
+from gpunode.facts.boot_modules import parse_kernel_trees
 from gpunode.facts.cmdline import (
     CmdlineState,
     edit_grub_default,
@@ -20,7 +21,6 @@ from gpunode.facts.cmdline import (
 )
 from gpunode.facts.containers import ContainerState, container_state
 from gpunode.facts.cpu import CpuState, parse_idle_states
-from gpunode.facts.boot_modules import parse_kernel_trees
 from gpunode.facts.gpu_details import parse_gpu_details, parse_nvlink_status
 from gpunode.facts.gpu_health import XidLog
 from gpunode.facts.kernel_params import KernelParamsState

@@ -72,7 +72,8 @@ def _grep_h(capture: str) -> str:
 
 
 def test_sysfs_gb10_downtrained_link_and_port():
-    state = parse_pci_sysfs("lspci=no\n" + _grep_h(read("pcie/sysfs_link_gb10_spark_downtrained.txt")))
+    capture = read("pcie/sysfs_link_gb10_spark_downtrained.txt")
+    state = parse_pci_sysfs("lspci=no\n" + _grep_h(capture))
     assert state.lspci is False
     gpu, port = state.devices["000f:01:00.0"], state.devices["000f:00:00.0"]
     assert (gpu.vendor_id, gpu.device_id, gpu.class_id) == ("10de", "2e12", "0300")
@@ -111,7 +112,8 @@ def test_remapped_rows_and_replays_ampere_class():
 def test_retired_pages_pascal_and_na_sections():
     p100 = parse_gpu_details(read("nvidia/nvidia_smi_q_x_tesla_p100_510.xml"))
     pages = next(iter(p100.values())).retired_pages
-    assert pages is not None and (pages.single_bit, pages.double_bit, pages.pending) == (0, 0, False)
+    assert pages is not None
+    assert (pages.single_bit, pages.double_bit, pages.pending) == (0, 0, False)
     a100 = parse_gpu_details(read("nvidia/nvidia_smi_q_x_a100_sxm4_80gb_mig_535.xml"))
     only = next(iter(a100.values()))
     assert only.remapped_rows is None and only.retired_pages is None  # MIG: N/A everywhere
