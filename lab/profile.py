@@ -14,7 +14,9 @@ Proxmox path, /etc/kernel/cmdline + proxmox-boot-tool refresh), GPUNODE_LAB_KERN
 (no kernel pin), GPUNODE_LAB_NVIDIA_DRIVER=VERSION (the apt pin and hold of a stand-in NVIDIA
 package, tests/lab/test_nvidia_pin.py), GPUNODE_LAB_ACS_REDIRECT=off (clear ACS redirect on
 the stand-ins' root ports: QEMU's pcie-root-port has a writable ACS capability) and
-GPUNODE_LAB_VERIFY_TIMER=1 (install gpunode-verify.timer) through the environment.
+GPUNODE_LAB_VERIFY_TIMER=1 (install gpunode-verify.timer) and GPUNODE_LAB_NVIDIA_OPTIONS=1
+(nvidia_module_options: the modprobe.d file, tests/lab/test_gpu_boot_lifecycle.py) through the
+environment.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any
 
 LAB_SELECTOR = {"vendor": "8086", "device": "10d3", "classes": ["0200"]}
 LAB_STAND_IN_MODULE = "tcp_bbr"
+LAB_NVIDIA_OPTIONS = {"NVreg_DynamicPowerManagement": 0, "uvm_disable_hmm": 1}
 
 
 def lab_profile_data(environ: dict[str, str] | None = None) -> dict[str, Any]:
@@ -48,6 +51,8 @@ def lab_profile_data(environ: dict[str, str] | None = None) -> dict[str, Any]:
         data["pcie_acs_redirect"] = env["GPUNODE_LAB_ACS_REDIRECT"]
     if env.get("GPUNODE_LAB_VERIFY_TIMER") == "1":
         data["verify_timer"] = True
+    if env.get("GPUNODE_LAB_NVIDIA_OPTIONS") == "1":
+        data["nvidia_module_options"] = LAB_NVIDIA_OPTIONS
     if env.get("GPUNODE_LAB_REBOOT_TIMEOUT"):
         data["reboot_timeout"] = int(env["GPUNODE_LAB_REBOOT_TIMEOUT"])
     return data

@@ -45,6 +45,8 @@ class ContainerState(BaseModel):
     """Soft 'Max locked memory' of the container's init (/proc/1/limits)."""
     gpus: list[int] = Field(default_factory=list)
     """GPU indices (N of /dev/nvidiaN) the config passes, by mount or devN key."""
+    device_paths: list[str] = Field(default_factory=list)
+    """Host NVIDIA device nodes its config hands over (devN keys, lxc.mount.entry sources)."""
     cpuset_cpus: str | None = None
     """lxc.cgroup2.cpuset.cpus in the main section (None = not set: pvestatd moves it)."""
     cpuset_mems: str | None = None
@@ -118,6 +120,24 @@ def passed_gpus(config_text: str) -> list[int]:
     return sorted(gpus)
 
 
+def gpu_device_paths(config_text: str) -> list[str]:
+    """The host paths under /dev/nvidia* a config passes: devN keys and mount sources."""
+    config = parse_pve_lxc_config(config_text)
+    paths = set()
+    for line in config.main.lines:
+        if line.kind != "key" or line.key is None:
+            continue
+        if line.key == "lxc.mount.entry":
+            source = (line.value or "").split(" ", 1)[0]
+        elif re.match(r"^dev\d+$", line.key):
+            source = dev_path(line.value or "")
+        else:
+            continue
+        if source.startswith("/dev/nvidia"):
+            paths.add(source)
+    return sorted(paths)
+
+
 def container_state(vmid: int, config_text: str | None, listed: dict[str, str] | None,
                     exec_text: str | None, numa: GpuNuma | None = None) -> ContainerState:
     """One container from its config text, its `pct list` row and the in-container probe;
@@ -138,6 +158,7 @@ def container_state(vmid: int, config_text: str | None, listed: dict[str, str] |
         driver_error=error, memlock_live=memlock_live,
         cgroup_v1=cgroup_v1_entries(config) if config else [],
         gpus=gpus,
+        device_paths=gpu_device_paths(config_text) if config_text else [],
         cpuset_cpus=get(config, "lxc.cgroup2.cpuset.cpus") if config else None,
         cpuset_mems=get(config, "lxc.cgroup2.cpuset.mems") if config else None,
         local_cpus=local[0] if local else None,

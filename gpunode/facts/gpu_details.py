@@ -1,5 +1,6 @@
 """What the audit reads of the GPUs beyond the tuning facts: `nvidia-smi -q -x` details (clock
-event reasons, temperature thresholds, pending ECC, BAR1), `nvidia-smi nvlink -s` and the
+event reasons, temperature thresholds, pending ECC, BAR1, PCIe replays, remapped rows and
+retired pages), `nvidia-smi nvlink -s` and the
 nvidia-persistenced unit; their models and pure parsers (gathered by AuditFacts)."""
 
 from __future__ import annotations
@@ -10,6 +11,29 @@ import xml.etree.ElementTree as ET
 from pydantic import BaseModel, ConfigDict, Field
 
 from gpunode.facts.pcie import normalize_bdf
+
+
+class RemappedRows(BaseModel):
+    """`<remapped_rows>`: rows remapped for correctable/uncorrectable errors, and whether a
+    remap waits for a GPU reset (pending) or could not be made (failure)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    correctable: int | None = None
+    uncorrectable: int | None = None
+    pending: bool = False
+    failure: bool = False
+
+
+class RetiredPages(BaseModel):
+    """`<retired_pages>`: pages retired for single-bit and double-bit errors; pending = a
+    retirement waits for a reboot or GPU reset."""
+
+    model_config = ConfigDict(frozen=True)
+
+    single_bit: int | None = None
+    double_bit: int | None = None
+    pending: bool = False
 
 
 class GpuDetails(BaseModel):
@@ -26,6 +50,12 @@ class GpuDetails(BaseModel):
     bar1_total_mib: int | None = None
     fb_total_mib: int | None = None
     performance_state: str | None = None
+    replay_counter: int | None = None
+    """PCIe replays since driver load (`pci/replay_counter`): link errors the GPU retried."""
+    remapped_rows: RemappedRows | None = None
+    """Ampere and newer; None where the GPU does not remap rows."""
+    retired_pages: RetiredPages | None = None
+    """Pre-Ampere; None where the GPU does not retire pages."""
 
 
 class NvlinkGpu(BaseModel):
@@ -131,6 +161,32 @@ def _plain_text(node: ET.Element, path: str) -> str | None:
     return None if value in ("", "N/A", "[N/A]") else value
 
 
+def _yes(node: ET.Element, *paths: str) -> bool:
+    return any((_plain_text(node, path) or "").lower() == "yes" for path in paths)
+
+
+def _remapped_rows(gpu: ET.Element) -> RemappedRows | None:
+    node = gpu.find("remapped_rows")
+    if node is None or len(node) == 0:  # "<remapped_rows>N/A</remapped_rows>": not supported
+        return None
+    return RemappedRows(correctable=_int_text(node, "remapped_row_corr"),
+                        uncorrectable=_int_text(node, "remapped_row_unc"),
+                        pending=_yes(node, "remapped_row_pending"),
+                        failure=_yes(node, "remapped_row_failure"))
+
+
+def _retired_pages(gpu: ET.Element) -> RetiredPages | None:
+    node = gpu.find("retired_pages")
+    if node is None:
+        return None
+    single = _int_text(node, "multiple_single_bit_retirement/retired_count")
+    double = _int_text(node, "double_bit_retirement/retired_count")
+    pending = _yes(node, "pending_retirement", "pending_blacklist")
+    if single is None and double is None and not pending:
+        return None  # every field N/A: the GPU does not retire pages
+    return RetiredPages(single_bit=single, double_bit=double, pending=pending)
+
+
 def parse_gpu_details(text: str) -> dict[str, GpuDetails]:
     """Clock event reasons, temperature thresholds, pending ECC mode and BAR1/framebuffer
     sizes from `nvidia-smi -q -x`, by normalized BDF; {} for anything but the XML report."""
@@ -164,5 +220,8 @@ def parse_gpu_details(text: str) -> dict[str, GpuDetails]:
             bar1_total_mib=_int_text(gpu, "bar1_memory_usage/total"),
             fb_total_mib=_int_text(gpu, "fb_memory_usage/total"),
             performance_state=_plain_text(gpu, "performance_state"),
+            replay_counter=_int_text(gpu, "pci/replay_counter"),
+            remapped_rows=_remapped_rows(gpu),
+            retired_pages=_retired_pages(gpu),
         )
     return details

@@ -27,6 +27,8 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from pyinfra.api import FactBase
+
 __all__ = [
     "DEVICE_FACT_SEPARATOR",
     "NVIDIA_DEVICES_COMMAND",
@@ -199,3 +201,18 @@ def gpu_indices_on_host(devices: Iterable[DeviceNode]) -> list[int]:
         if match and node.kind == "char":
             found.append(int(match.group(1)))
     return sorted(found)
+
+
+class HostNvidiaNodes(FactBase):
+    """The NVIDIA device nodes on the host: /dev/nvidia*, /dev/nvidia-caps/* (paths)."""
+
+    @staticmethod
+    def default() -> list[str]:
+        return []
+
+    def command(self) -> str:
+        return ('for e in /dev/nvidia* /dev/nvidia-caps/*; do [ -e "$e" ] && echo "$e"; done; '
+                "true")
+
+    def process(self, output: list[str]) -> list[str]:
+        return sorted({line.strip() for line in output if line.strip().startswith("/dev/nvidia")})

@@ -31,17 +31,21 @@ from gpunode.facts.audit import (
     audit_text,
 )
 from gpunode.facts.bandwidth import BandwidthResults
+from gpunode.facts.boot_modules import BootModules, KernelModuleTrees
 from gpunode.facts.cmdline import CmdlineState, KernelCmdline
 from gpunode.facts.containers import ContainerState
 from gpunode.facts.cpu import CpuPower, CpuState
 from gpunode.facts.dpkg import InstalledPackages
 from gpunode.facts.gpu_details import GpuDetails, NvlinkGpu, UnitState
+from gpunode.facts.gpu_health import KernelXids, PciSysfs, PciSysfsState, XidLog
 from gpunode.facts.gpu_topology import GpuTopology
 from gpunode.facts.kernel_params import KernelParams, KernelParamsState
 from gpunode.facts.kernels import InstalledKernels, KernelPackages
 from gpunode.facts.lock import LOCK_FILE, LockState, NodeLock
 from gpunode.facts.nvidia import NvidiaDriverVersion, NvidiaSmi, NvidiaSmiReport
+from gpunode.facts.nvidia_devices import HostNvidiaNodes
 from gpunode.facts.nvidia_modules import NvidiaKernelModule, NvidiaModuleState
+from gpunode.facts.nvidia_params import NvidiaModuleParams
 from gpunode.facts.owned import (
     DirEntries,
     FileState,
@@ -110,6 +114,8 @@ class Needs(BaseModel):
     nvidia: bool = False
     """nvidia-smi -q -x and the loaded driver's version."""
     nvidia_module: bool = False
+    module_params: Paths = ()
+    """"module/param" names whose live value is read (/proc/driver/nvidia/params, sysfs)."""
     record: bool = False
     """gpunode's state.json (what the node was before its first apply)."""
     audit: bool = False
@@ -175,6 +181,10 @@ class Snapshot(BaseModel):
     kernels: KernelPackages | None = None
     pve: PveVersion | None = None
     boot_tool: ProxmoxBootInfo | None = None
+    boot_modules: BootModules | None = None
+    """Each installed kernel's NVIDIA module and the headers packages (with the kernels)."""
+    module_params: dict[str, str] = {}
+    """Live values of Needs.module_params ("nvidia/NVreg_DynamicPowerManagement": "3")."""
 
     # The audit's parts (AuditFacts).
     iommu: IommuState | None = None
@@ -191,6 +201,12 @@ class Snapshot(BaseModel):
     """proxmox-boot-tool's pinned kernel."""
     bandwidth: BandwidthResults | None = None
     """Measured by the audit's active mode (None: not measured)."""
+    xids: XidLog | None = None
+    """NVRM Xid lines of this boot's kernel log."""
+    pci_sysfs: PciSysfsState | None = None
+    """GPUs and bridges from sysfs (ids, NUMA, links, AER), and whether lspci is installed."""
+    nvidia_nodes: list[str] | None = None
+    """The host's /dev/nvidia* device nodes."""
     containers: list[ContainerState] | None = None
     """None where pct is missing (not Proxmox) or the audit's parts were not read."""
     parts: dict[str, Any] = {}
@@ -240,6 +256,12 @@ def sections(needs: Needs) -> dict[str, tuple[type[FactBase], dict[str, Any]]]:
         (needs.kernels or needs.audit, "kernels", InstalledKernels, {}),
         (needs.kernels or needs.audit, "pve", PveVersionFact, {}),
         (needs.kernels, "boot_tool", ProxmoxBootTool, {}),
+        (needs.kernels or needs.audit, "boot_modules", KernelModuleTrees, {}),
+        (bool(needs.module_params), "module_params", NvidiaModuleParams,
+         {"params": list(needs.module_params)}),
+        (needs.audit, "xids", KernelXids, {}),
+        (needs.audit, "pci_sysfs", PciSysfs, {}),
+        (needs.audit, "nvidia_nodes", HostNvidiaNodes, {}),
         (needs.audit, "driver_packages", InstalledPackages,
          {"patterns": NVIDIA_PACKAGE_PATTERNS}),
         (needs.audit, "audit", AuditFacts, {}),

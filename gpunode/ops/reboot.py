@@ -29,12 +29,13 @@ from contextlib import contextmanager
 from typing import Any
 
 import gevent  # type: ignore[import-untyped]
-from pyinfra import logger
+from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, operation
 from pyinfra.operations import server
 
 from gpunode.facts.boot import BootId
-from gpunode.facts.snapshot import node_changed
+from gpunode.facts.boot_modules import boot_module_problem
+from gpunode.facts.snapshot import node, node_changed
 from gpunode.pyinfra_adapter import drop_connection, inner_commands
 
 WAIT_LINE_S = 15.0
@@ -124,15 +125,48 @@ def readable_wait(state: Any, host: Any, boot_ids: list[str], delay: float, inte
     return True
 
 
+def next_kernel(pinned: str | None) -> str | None:
+    """The kernel a reboot starts: the pin, else the newest installed (GRUB's default entry
+    and an unpinned Proxmox boot), else the running one."""
+    kernels = node().kernels
+    if pinned:
+        return pinned
+    return (kernels.newest or kernels.running or None) if kernels else None
+
+
+def gpu_reboot_refusal(pinned: str | None) -> str | None:
+    """Why a reboot would lose the NVIDIA driver (the next kernel lacks its module, or on
+    Proxmox its headers); None when no NVIDIA driver is in use or the kernel has both."""
+    snapshot = node()
+    in_use = snapshot.driver_loaded is not None or bool(snapshot.nvidia and
+                                                        snapshot.nvidia.present)
+    version = next_kernel(pinned)
+    if not in_use or snapshot.boot_modules is None or not version:
+        return None
+    proxmox = bool((snapshot.pve and snapshot.pve.present)
+                   or (snapshot.boot_tool and snapshot.boot_tool.status.present))
+    return boot_module_problem(version, snapshot.boot_modules, proxmox)
+
+
 @operation(is_idempotent=False)
-def reboot(reboot_timeout: int = 300, delay: int = 5, interval: int = 3):
+def reboot(reboot_timeout: int = 300, delay: int = 5, interval: int = 3,
+           keep_gpu: bool = False, boot_kernel: str | None = None):
     """
     Reboot the host and wait until it is back (pyinfra's server.reboot, gpunode's wait).
 
     + reboot_timeout: seconds to wait for the host to run a new boot and answer SSH
     + delay: seconds before the first reconnect attempt
     + interval: seconds between reconnect attempts
+    + keep_gpu: refuse (and do nothing) when the kernel the reboot starts has no NVIDIA module
+      while an NVIDIA driver is in use (gpu_reboot_refusal)
+    + boot_kernel: the kernel the reboot starts (a pin); None: the newest installed
     """
+    refusal = gpu_reboot_refusal(boot_kernel) if keep_gpu else None
+    if refusal:
+        host.log_styled(f"{host.name}: reboot refused: the next boot would have no NVIDIA "
+                        f"driver: {refusal}", fg="red", log_func=logger.error)
+        host.noop(f"reboot refused: {refusal.split('. Fix:')[0]}")
+        return
     boot_ids: list[str] = []
     yield FunctionCommand(record_boot_id, (boot_ids,), {})
     inner = inner_commands(server.reboot, delay=delay, interval=interval,

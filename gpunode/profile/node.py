@@ -10,7 +10,6 @@ from typing import Literal
 
 from pydantic import (
     Field,
-    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -18,18 +17,15 @@ from pydantic import (
 from gpunode.facts.kernels import is_kernel_release
 from gpunode.profile.allowed import (
     ABSOLUTE_DIR,
-    CLASS_ID,
     CMDLINE_KEY,
     CMDLINE_VALUE,
     CPU_GOVERNORS,
     DRIVER_VERSION,
-    HEX_ID,
     MODULE_NAME,
     PACKAGE_NAME,
     SYSCTL_KEY,
     TIME_SPAN,
     CpuGovernor,
-    UserValues,
     check,
     check_output_path,
     checked_power_limit,
@@ -37,6 +33,8 @@ from gpunode.profile.allowed import (
 )
 from gpunode.profile.danger import check_i_know, node_dangers, unacknowledged
 from gpunode.profile.docs import setting_doc
+from gpunode.profile.nvidia_options import check_module_options
+from gpunode.profile.pcie_selector import PcieSelector, ProfileModel
 from gpunode.profile.sysctls import DEFAULT_SYSCTLS, SYSCTLS_DOC, merged_sysctls
 
 MAX_READ_REQUEST_SIZES = (128, 256, 512, 1024, 2048, 4096)
@@ -45,56 +43,6 @@ MAX_GPU_INDEX = 63
 MAX_CSTATE_LIMIT = 10
 #: RLIMIT_MEMLOCK upper bound in bytes (1 PiB): a larger number is a typo, use 'unlimited'.
 MEMLOCK_LIMIT = 1 << 50
-
-
-class ProfileModel(UserValues):
-    """Base for every profile model: unknown keys are errors, values are frozen, text is one
-    line (UserValues)."""
-
-
-class PcieSelector(ProfileModel):
-    """Which PCIe functions the MaxReadReq setting touches; nothing else is ever written."""
-
-    vendor: str = Field(
-        "10de",
-        description="PCI vendor id, 4 lowercase hex digits (10de = NVIDIA). Required: a "
-        "selector without a vendor would write every bridge or controller of a class.",
-    )
-    device: str | None = Field(None, description="PCI device id, 4 hex digits; None = any")
-    classes: list[str] = Field(
-        ["0300", "0302"],
-        max_length=16,
-        description="PCI class codes (0300 VGA, 0302 3D controller; 2 digits = a whole base "
-        "class). A device matches when its class equals or starts with one of them.",
-    )
-
-    @field_validator("vendor", "device", mode="before")
-    @classmethod
-    def _hex_id(cls, value: object, info: ValidationInfo) -> object:
-        if value is None:
-            if info.field_name == "vendor":
-                raise ValueError(
-                    "a selector must name a vendor (e.g. '10de' for NVIDIA): without one it "
-                    "would select every device of its classes, bridges included"
-                )
-            return None
-        text = str(value).lower().removeprefix("0x")
-        if not HEX_ID.fullmatch(text):
-            raise ValueError(f"{shown(value)} is not a PCI id: use 4 hex digits such as '10de'")
-        return text
-
-    @field_validator("classes", mode="before")
-    @classmethod
-    def _class_ids(cls, value: object) -> object:
-        if not isinstance(value, list) or not value:
-            raise ValueError("give a non-empty list of PCI class codes such as ['0300', '0302']")
-        out = []
-        for item in value:
-            text = str(item).lower().removeprefix("0x")
-            if not CLASS_ID.fullmatch(text):
-                raise ValueError(f"{shown(item)} is not a PCI class code: use 2 or 4 hex digits")
-            out.append(text)
-        return out
 
 
 class NodeProfile(ProfileModel):
@@ -286,6 +234,20 @@ class NodeProfile(ProfileModel):
             readback="`power.limit` right after the write; `nvidia-smi -q -x`",
         ),
     )
+    nvidia_module_options: dict[str, int] = Field(
+        {}, max_length=32,
+        description="NVIDIA kernel module options (known NVreg_* options of nvidia and "
+        "nvidia_uvm parameters, integers in each one's range; e.g. "
+        "{NVreg_DynamicPowerManagement: 0} keeps GPUs out of runtime D3). Written to "
+        "/etc/modprobe.d/gpunode-nvidia.conf; live at the next driver load.",
+        json_schema_extra=setting_doc(
+            why="driver defaults that don't suit a server (runtime power management)",
+            persistence="`/etc/modprobe.d/gpunode-nvidia.conf`; `update-initramfs -u` when the "
+                        "initramfs holds the module",
+            readback="`/proc/driver/nvidia/params`, `/sys/module/<module>/parameters/`: "
+                     "\"pending driver reload / reboot\" until they show the value",
+        ),
+    )
     pcie_acs_redirect: Literal["keep", "off"] = Field(
         "keep",
         description="off clears the ACS redirect bits (SrcValid, ReqRedir, CmpltRedir, "
@@ -394,6 +356,11 @@ class NodeProfile(ProfileModel):
     @classmethod
     def _power_limit(cls, value: object) -> object:
         return checked_power_limit(value, MAX_GPU_INDEX)
+
+    @field_validator("nvidia_module_options", mode="before")
+    @classmethod
+    def _module_options(cls, value: object) -> object:
+        return check_module_options(value)
 
     @field_validator("max_read_request")
     @classmethod

@@ -49,7 +49,7 @@ def test_a_deploy_named_by_its_module_path_plans_what_its_file_plans(tmp_path):
 @pytest.mark.parametrize(("deploy", "wanted", "said"), [
     ("kernel_only", "gpunode: kernel | Persist kernel cmdline", "cmdline"),
     ("nvidia_driver_only", None, "NVIDIA driver 550.127.05 wanted"),
-    ("gpu_runtime_only", None, "GPU persistence/power limits: not applicable"),
+    ("gpu_runtime_only", None, "GPU device nodes, persistence, power limits: not applicable"),
     ("verify_timer_only", None, None),
     ("host_tuning_only", "gpunode: tuning | Write /etc/sysctl.d/90-gpunode.conf", None),
 ])

@@ -35,3 +35,31 @@ def test_in_range_and_unset_pass(p100):
 def test_no_driver_is_never_refused(monkeypatch):
     monkeypatch.setattr(nvidia, "smi_report", lambda: parse_nvidia_smi_xml(""))
     gpu_runtime.gpu_runtime_problems("gpu-07", NodeProfile(gpu_power_limit=9999))
+
+
+def test_modprobe_file_groups_options_by_module_and_undo_covers_the_boot_files():
+    from gpunode.deploys.undo import undo_targets
+    from gpunode.ops.files import render_template
+    from gpunode.profile.node import NodeProfile as Profile
+    from gpunode.roles.gpu_runtime.driver_boot import (
+        INITRAMFS_REFRESH,
+        MODPROBE_FILE,
+        NODES_SCRIPT,
+        NODES_UNIT,
+        NODES_UNIT_FILE,
+        options_by_module,
+    )
+    profile = Profile(nvidia_module_options={"uvm_disable_hmm": 1,
+                                             "NVreg_DynamicPowerManagement": 0,
+                                             "NVreg_EnableGpuFirmware": 1})
+    text = render_template("modprobe/gpunode-nvidia.conf.j2",
+                           modules=options_by_module(profile.nvidia_module_options))
+    assert [line for line in text.splitlines() if not line.startswith("#")] == [
+        "options nvidia NVreg_DynamicPowerManagement=0 NVreg_EnableGpuFirmware=1",
+        "options nvidia_uvm uvm_disable_hmm=1"]
+    targets = undo_targets(profile)
+    assert targets.owned_files[MODPROBE_FILE] == INITRAMFS_REFRESH
+    assert NODES_SCRIPT in targets.owned_files and NODES_UNIT in targets.timers
+    assert targets.owned_files[NODES_UNIT_FILE] == "systemctl daemon-reload"
+    unit = render_template("systemd/gpunode-nvidia-nodes.service.j2", script=NODES_SCRIPT)
+    assert "Before=pve-guests.service lxc.service" in unit

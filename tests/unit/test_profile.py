@@ -174,3 +174,16 @@ def test_a_run_validates_its_inventory_once(monkeypatch):
         first = profiles_of_run(state)
         assert profiles_of_run(state) is first
     assert sorted(first) == ["a", "b"] and len(calls) == 1
+
+
+def test_nvidia_module_options_allow_list_and_ranges():
+    from gpunode.profile.node import NodeProfile as Profile
+    ok = Profile(nvidia_module_options={"NVreg_DynamicPowerManagement": 0,
+                                        "uvm_disable_hmm": True})
+    assert ok.nvidia_module_options == {"NVreg_DynamicPowerManagement": 0, "uvm_disable_hmm": 1}
+    for bad, words in (({"NVreg_Bogus": 1}, "not a known NVIDIA module option"),
+                       ({"NVreg_DynamicPowerManagement": 7}, "integer 0..3"),
+                       ({"NVreg_DynamicPowerManagement": "0; reboot"}, "is not allowed"),
+                       ({"NVreg_EnableGpuFirmware": True}, "is not allowed")):
+        with pytest.raises(ValueError, match=words):
+            Profile(nvidia_module_options=bad)

@@ -22,12 +22,13 @@ TEMPLATES = Path(__file__).parents[2] / "gpunode" / "templates"
 # Scripts, and files a shell sources (update-grub reads grub.d/*.cfg with '.').
 SHELL_TEMPLATES = sorted([*TEMPLATES.glob("shell/*.j2"), *TEMPLATES.glob("boot/*.sh.j2"),
                           *TEMPLATES.glob("verify/*.sh.j2"), *TEMPLATES.glob("grub/*.cfg.j2")])
-#: Templates no shell reads: config files for systemd, sysctl, apt, PAM limits, modules-load.
+#: Templates no shell reads: config files for systemd, sysctl, apt, PAM limits, modules-load,
+#: modprobe.d.
 #: Every value in them is one line (the text rule) held to a pattern; a new template must be
 #: put in one of the two lists (test_every_template_is_classified).
 CONFIG_TEMPLATES = sorted([*TEMPLATES.glob("systemd/*.j2"), *TEMPLATES.glob("sysctl/*.j2"),
                            *TEMPLATES.glob("apt/*.j2"), *TEMPLATES.glob("limits/*.j2"),
-                           *TEMPLATES.glob("modules-load/*.j2")])
+                           *TEMPLATES.glob("modules-load/*.j2"), *TEMPLATES.glob("modprobe/*.j2")])
 
 
 def test_every_template_is_classified():
@@ -56,6 +57,13 @@ def test_argv_keeps_each_value_one_word():
 @pytest.mark.parametrize("shell", ["bash", "dash"])
 def test_boot_script_is_valid_shell(shell):
     script = render_template("boot/gpunode-tune.sh.j2", **boot_script_variables(NodeProfile()))
+    proc = subprocess.run([shell, "-n"], input=script, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("shell", ["bash", "dash"])
+def test_device_nodes_script_is_valid_shell(shell):
+    script = render_template("boot/gpunode-nvidia-nodes.sh.j2", unit="gpunode-nvidia-nodes")
     proc = subprocess.run([shell, "-n"], input=script, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
 

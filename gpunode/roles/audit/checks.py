@@ -28,6 +28,16 @@ from gpunode.profile.check import DEPLOY_FIX, STATUSES, Check, Status, ok
 from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.bandwidth_checks import check_measured_bandwidth
 from gpunode.roles.audit.gpu_checks import check_gpu_inventory, check_gpu_state, check_nvlink
+from gpunode.roles.audit.health_checks import (
+    check_container_device_nodes,
+    check_links_vs_port,
+    check_memory_repair,
+    check_module_options,
+    check_next_boot_module,
+    check_pcie_errors,
+    check_pciutils,
+    check_xids,
+)
 from gpunode.roles.audit.p2p_checks import check_p2p_paths
 from gpunode.roles.audit.pcie_checks import (
     check_acs,
@@ -49,6 +59,7 @@ from gpunode.roles.audit.system_checks import (
     check_driver,
     check_kernel,
     check_proxmox,
+    grub_default_kernel,
 )
 
 __all__ = [
@@ -242,13 +253,21 @@ def audit_checks(
         *check_measured_bandwidth(snap),
         *check_rebar(snap),
         *check_gpu_state(snap),
+        *check_xids(snap),
+        *check_memory_repair(snap),
+        *check_pcie_errors(snap),
+        *check_links_vs_port(snap),
+        *check_pciutils(snap),
         *check_persistence(profile, snap),
         *check_power_limits(profile, snap),
         *check_nvlink(snap),
         *check_driver(profile, snap),
         *check_module_flavour(profile, snap),
         *check_kernel(profile, snap),
+        *check_next_boot_module(snap, grub_default_kernel(snap)),
+        *check_module_options(profile, snap),
         *check_proxmox(snap),
         *check_boot_esps(snap),
         *check_containers(snap, container_memlock),
+        *check_container_device_nodes(snap),
     ]

@@ -32,7 +32,11 @@ def is_nvidia_gpu(device: PcieDevice) -> bool:
 
 
 def lspci_gpus(snap: NodeSnapshot) -> list[PcieDevice]:
-    return [d for d in snap.pcie if is_nvidia_gpu(d)]
+    """The GPUs lspci lists; where lspci is missing (or listed none), those sysfs shows."""
+    gpus = [d for d in snap.pcie if is_nvidia_gpu(d)]
+    if gpus or snap.pci_sysfs is None:
+        return gpus
+    return [d.as_pcie_device() for d in snap.pci_sysfs.gpus()]
 
 
 def smi_gpus(snap: NodeSnapshot) -> list[NvidiaGpu]:
@@ -141,6 +145,11 @@ def _clocks(label: str, gpu: NvidiaGpu, details: GpuDetails) -> Check:
                      fix=f"nvidia-smi -i {gpu.index} -rac (reset application clocks; "
                      "not applied by deploy/site.py)")
     throttled = [r for r in reasons if r in HW_THROTTLE]
+    if throttled and "gpu_idle" in details.active_clock_reasons:
+        return Check(name=name, status="P1", live=live + " at idle", want="no slowdown",
+                     kind=kind, fix="slowdown with no load: check cooling, the PSU and power "
+                     "cabling (power brake: the board's power-brake signal); reseat, then "
+                     "reboot", note="an idle GPU has no reason to slow down")
     if throttled:
         return Check(name=name, status="P2", live=live, want="no slowdown", kind=kind,
                      fix="thermal/power slowdown: check cooling and the PSU/power cabling",

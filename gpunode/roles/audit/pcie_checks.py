@@ -268,6 +268,11 @@ def check_acs(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
     if not gpus and not smi_gpus(snap):
         return [_no_gpu(name, kind)]
     bridges, known = _acs_bridges(snap, gpus)
+    unreadable = not snap.pcie or any(d.caps_access_denied for d in snap.pcie)
+    if not bridges and unreadable:
+        why = ("lspci not installed" if not snap.pcie else
+               "lspci could not read the capabilities (not root)")
+        return [not_applicable(name, f"unknown: {why}", kind=kind)]
     redirecting = [d for d in bridges if _redirect_bits(d)]
     where = "bridges above the GPUs" if known else "bridges (GPU topology unknown)"
     if not redirecting:

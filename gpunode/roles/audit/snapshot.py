@@ -15,6 +15,7 @@ from gpunode.facts.bandwidth import BandwidthResults, BandwidthTests
 from gpunode.facts.sections import as_model
 from gpunode.facts.snapshot import Needs, Snapshot, read_node
 from gpunode.profile.node import NodeProfile
+from gpunode.profile.nvidia_options import module_param_key
 
 NodeSnapshot = Snapshot
 """What the checks read (one name for the audit's readers)."""
@@ -22,7 +23,8 @@ NodeSnapshot = Snapshot
 
 def audit_needs(profile: NodeProfile) -> Needs:
     """What the audit reads: the profile's sysctls and modules, and the audit's parts."""
-    return Needs(sysctl_keys=tuple(profile.sysctls), modules=tuple(profile.modules), audit=True)
+    return Needs(sysctl_keys=tuple(profile.sysctls), modules=tuple(profile.modules), audit=True,
+                 module_params=tuple(module_param_key(o) for o in profile.nvidia_module_options))
 
 
 def gather_snapshot(profile: NodeProfile, active_timeout_s: int | None = None) -> Snapshot:

@@ -7,6 +7,8 @@ Changes (only where an NVIDIA driver is present; elsewhere "not applicable"):
 - gpu_power_limit: nvidia-smi -pl per GPU where the limit differs, read back; the boot unit
   re-applies it after nvidia-persistenced (limits reset at every driver load). A value outside
   a GPU's min..max stops the run before any change (`gpu_runtime_problems`).
+- gpunode-nvidia-nodes.service: the device nodes before containers start, and
+  nvidia_module_options in /etc/modprobe.d/gpunode-nvidia.conf (gpu_runtime/driver_boot.py).
 Why each: gpunode/profile/node.py (the field descriptions).
 """
 
@@ -22,6 +24,11 @@ from gpunode.ops.services import unit_enabled_and_running
 from gpunode.profile.loader import ProfileError
 from gpunode.profile.node import NodeProfile
 from gpunode.pyinfra_adapter import deploy
+from gpunode.roles.gpu_runtime.driver_boot import (
+    device_nodes_at_boot,
+    driver_boot_needs,
+    module_options,
+)
 
 PERSISTENCED_PACKAGE = "nvidia-persistenced"
 PERSISTENCED_UNIT = "nvidia-persistenced.service"
@@ -34,9 +41,10 @@ def driver_present() -> bool:
 
 def needs(profile: NodeProfile) -> Needs:
     """What gpu_runtime reads of the node."""
+    boot = driver_boot_needs(profile)
     if not profile.gpu_persistence:
-        return Needs(nvidia=True)
-    return Needs(nvidia=True, packages=(PERSISTENCED_PACKAGE,), units=(PERSISTENCED_UNIT,))
+        return Needs(nvidia=True) | boot
+    return Needs(nvidia=True, packages=(PERSISTENCED_PACKAGE,), units=(PERSISTENCED_UNIT,)) | boot
 
 
 def gpu_runtime_problems(host_name: str, profile: NodeProfile) -> None:
@@ -54,13 +62,14 @@ def gpu_runtime_problems(host_name: str, profile: NodeProfile) -> None:
 
 @deploy("gpunode: GPU runtime")
 def gpu_runtime(profile: NodeProfile) -> None:
-    """Persistence and power limits; see the module docstring."""
-    if not profile.gpu_persistence and profile.gpu_power_limit is None:
-        return
+    """Device nodes at boot, module options, persistence and power limits; see the module
+    docstring."""
+    module_options(profile)
     if not driver_present():
-        log_wrapped(logger.info, f"{host.name}: GPU persistence/power limits: not applicable "
-                    "(no NVIDIA driver loaded, no nvidia-smi)")
+        log_wrapped(logger.info, f"{host.name}: GPU device nodes, persistence, power limits: "
+                    "not applicable (no NVIDIA driver loaded, no nvidia-smi)")
         return
+    device_nodes_at_boot()
     if profile.gpu_persistence:
         packages_present(name="Install nvidia-persistenced", packages=[PERSISTENCED_PACKAGE])
         unit_enabled_and_running(name=f"Enable {PERSISTENCED_UNIT}", unit=PERSISTENCED_UNIT)

@@ -18,11 +18,19 @@ schema (gpunode/profile/node.py); the list below is generated from it (make docs
   value}`); outside a GPU's min..max: refused before any change, naming GPU, value, range. At
   boot: boot unit, after `nvidia-persistenced`. Read back: `power.limit` right after the write;
   `nvidia-smi -q -x`.
+- nvidia_module_options (default `{}`): NVIDIA kernel module options (known NVreg_* options of
+  nvidia and nvidia_uvm parameters, integers in each one's range; e.g.
+  {NVreg_DynamicPowerManagement: 0} keeps GPUs out of runtime D3). Written to
+  /etc/modprobe.d/gpunode-nvidia.conf; live at the next driver load. Why: driver defaults that
+  don't suit a server (runtime power management). At boot:
+  `/etc/modprobe.d/gpunode-nvidia.conf`; `update-initramfs -u` when the initramfs holds the
+  module. Read back: `/proc/driver/nvidia/params`, `/sys/module/<module>/parameters/`: "pending
+  driver reload / reboot" until they show the value.
 <!-- /gpunode:generated -->
 """
 
 from gpunode.profile.node import NodeProfile
 
 SCHEMA = NodeProfile
-READS = ("gpu_persistence", "gpu_power_limit")
+READS = ("gpu_persistence", "gpu_power_limit", "nvidia_module_options")
 DEFAULTS = NodeProfile()

@@ -105,7 +105,19 @@ def tune_modules(profile: NodeProfile) -> None:
     )
 
 
+def pciutils_note() -> str | None:
+    """Why PCIe capabilities are unknown before this run installs pciutils."""
+    if "pciutils" in node().packages:
+        return None
+    return ("pciutils is not installed: PCIe capabilities (MaxReadReq, ACS, link) can't be "
+            "read with lspci until this run installs it; until then only sysfs is read "
+            "(vendor, device, class, NUMA node, link speed/width)")
+
+
 def tune_devices_and_cpu(profile: NodeProfile) -> None:
+    missing = pciutils_note()
+    if missing:
+        log_wrapped(logger.warning, f"{host.name}: {missing}")
     unreadable = unreadable_note(node().pcie)
     if unreadable:
         log_wrapped(logger.warning, f"{host.name}: {unreadable}")

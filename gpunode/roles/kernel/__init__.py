@@ -3,7 +3,9 @@
 Changes: the kernel cmdline (token-level edit of /etc/default/grub or /etc/kernel/cmdline),
 the kernel pin (proxmox-boot-tool kernel pin, or GRUB_DEFAULT on plain Debian, plus an apt hold
 of the kernel package), and a reboot when the booted state lags the configured one and the
-profile allows it. Otherwise the change is reported as "pending reboot".
+profile allows it. Otherwise the change is reported as "pending reboot". A reboot is refused
+(and nothing else in the reboot step done) when an NVIDIA driver is in use and the kernel it
+would start has no NVIDIA module (or, on Proxmox, no headers package): ops.reboot.
 """
 
 from __future__ import annotations
@@ -140,10 +142,12 @@ def pending_reboot_reasons(plan: BootPlan, pin: KernelPin | None) -> list[str]:
 
 def needs(profile: NodeProfile) -> Needs:
     """What the kernel role reads beyond the snapshot's core (cmdline, CPU): the kernels,
-    Proxmox's boot tool and the holds, only when a pin is set."""
+    Proxmox's boot tool and the holds when a pin is set; the kernels, their NVIDIA modules and
+    the driver when it may reboot (a reboot that would lose the GPU driver is refused)."""
+    gpu = Needs(kernels=True, nvidia=True) if profile.reboot else Needs()
     if profile.kernel_pin is None:
-        return Needs()
-    return Needs(kernels=True, holds=True)
+        return gpu
+    return Needs(kernels=True, holds=True) | gpu
 
 
 @deploy("gpunode: kernel")
@@ -177,6 +181,8 @@ def kernel_boot(profile: NodeProfile) -> None:
             delay=5,
             interval=3,
             reboot_timeout=profile.reboot_timeout,
+            keep_gpu=True,
+            boot_kernel=pin.version if pin else None,
         )
     elif reasons:
         log_wrapped(logger.warning, f"{host.name}: pending reboot ({'; '.join(reasons)}); "

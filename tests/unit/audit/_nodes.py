@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 
 from gpunode.facts.audit import IommuState
+from gpunode.facts.boot_modules import parse_kernel_trees
 from gpunode.facts.cmdline import (
     CmdlineState,
     edit_grub_default,
@@ -21,6 +22,7 @@ from gpunode.facts.cmdline import (
 from gpunode.facts.containers import ContainerState, container_state
 from gpunode.facts.cpu import CpuState, parse_idle_states
 from gpunode.facts.gpu_details import parse_gpu_details, parse_nvlink_status
+from gpunode.facts.gpu_health import XidLog
 from gpunode.facts.kernel_params import KernelParamsState
 from gpunode.facts.kernels import KernelPackages, parse_kernel_packages
 from gpunode.facts.nvidia import (
@@ -113,6 +115,7 @@ def healthy() -> tuple[NodeProfile, NodeSnapshot]:
     config = render(with_lxc_entry(
         parse_pve_lxc_config(read("lxc/composed-gpu-pending-snapshots-110.conf")),
         "lxc.prlimit.memlock", "unlimited"))
+    container = gpu_container(config, "running", f"535.54.03\n{CT_MEMLOCK_UNLIMITED}\n")
     snap = NodeSnapshot(
         cmdline=CmdlineState(booted=["BOOT_IMAGE=/boot/vmlinuz-6.8.4-2-pve",
                                      "root=/dev/mapper/pve-root", "ro", *tokens],
@@ -134,7 +137,12 @@ def healthy() -> tuple[NodeProfile, NodeSnapshot]:
         kernels=pve8_kernels("6.8.4-2-pve"),
         pve=parse_pveversion(read("proxmox/pveversion_8.0.3.txt")),
         boot_pinned=pinned,
-        containers=[gpu_container(config, "running", f"535.54.03\n{CT_MEMLOCK_UNLIMITED}\n")],
+        boot_modules=parse_kernel_trees(
+            f"kernel={pinned}\nbuild={pinned}\n/lib/modules/{pinned}/updates/dkms/nvidia.ko\n"
+            f"headers=proxmox-headers-{pinned}"),
+        xids=XidLog(source="journal"),
+        containers=[container],
+        nvidia_nodes=container.device_paths,
     )
     return profile, snap
 

@@ -35,7 +35,7 @@ def good():
 def test_table_sections_in_order_and_ranked(bad):
     text = render_table("gpu07", bad)
     lines = text.splitlines()
-    assert lines[0] == "gpu07: NOT READY: 24 open (P0 18, P1 6); P2 1, ok 5, limit 1, n/a 7"
+    assert lines[0] == "gpu07: NOT READY: 24 open (P0 18, P1 6); P2 1, ok 5, limit 1, n/a 10"
     order = [text.index(h) for h in ("Actionable, ranked", "Confirmed good", "Known limits",
                                      "Not present / not applicable")]
     assert order == sorted(order)
@@ -53,7 +53,7 @@ def test_table_sections_in_order_and_ranked(bad):
 
 def test_table_of_a_ready_node(good):
     text = render_table("gpu01", good)
-    assert text.startswith("gpu01: READY: nothing open; P2 1, ok 34, limit 1, n/a 3\n")
+    assert text.startswith("gpu01: READY: nothing open; P2 1, ok 37, limit 1, n/a 5\n")
     assert "pending" not in text
 
 
@@ -96,7 +96,7 @@ def test_json_report(bad, good):
     assert json.loads(json.dumps(data)) == data
     assert (data["host"], data["ready"], data["open"], data["exit_status"]) == (
         "gpu07", False, 24, 1)
-    assert data["counts"] == {"P0": 18, "P1": 6, "P2": 1, "ok": 5, "limit": 1, "n/a": 7}
+    assert data["counts"] == {"P0": 18, "P1": 6, "P2": 1, "ok": 5, "limit": 1, "n/a": 10}
     assert [c["status"] for c in data["checks"]][:18] == ["P0"] * 18
     first = data["checks"][0]
     assert set(first) == {"name", "status", "live", "want", "fix", "deploy_fixes", "kind",

@@ -138,3 +138,33 @@ def test_paramiko_is_quiet_during_the_wait_and_restored_after():
     assert reboot_mod.readable_wait(None, host, [OLD], 0, 0.01, 30) is True
     assert seen["level"] > logging.CRITICAL
     assert logging.getLogger("paramiko.transport").level == before
+
+
+def _gpu_node(monkeypatch, **fields):
+    from gpunode.facts.boot_modules import parse_kernel_trees
+    from gpunode.facts.kernels import KernelPackages
+    from gpunode.facts.snapshot import Snapshot
+    snapshot = Snapshot(**{
+        "driver_loaded": "550.54.15",
+        "kernels": KernelPackages(running="6.12.57+deb13-amd64", newest="6.12.69+deb13-amd64",
+                                  installed=["6.12.69+deb13-amd64", "6.12.57+deb13-amd64"]),
+        "boot_modules": parse_kernel_trees(
+            "kernel=6.12.57+deb13-amd64\n/lib/modules/6.12.57+deb13-amd64/updates/dkms/"
+            "nvidia.ko.xz\nkernel=6.12.69+deb13-amd64\n"),
+        **fields})
+    monkeypatch.setattr(reboot_mod, "node", lambda: snapshot)
+
+
+def test_a_reboot_into_a_kernel_without_the_nvidia_module_is_refused(monkeypatch):
+    _gpu_node(monkeypatch)
+    refusal = reboot_mod.gpu_reboot_refusal(None) or ""
+    assert refusal.startswith("kernel 6.12.69+deb13-amd64: no NVIDIA kernel module")
+    assert _commands(reboot_timeout=60, keep_gpu=True) == []  # nothing else in the step
+    assert reboot_mod.gpu_reboot_refusal("6.12.57+deb13-amd64") is None  # pinned: has it
+    assert _commands(reboot_timeout=60, keep_gpu=True, boot_kernel="6.12.57+deb13-amd64")
+
+
+def test_no_nvidia_driver_no_check(monkeypatch):
+    _gpu_node(monkeypatch, driver_loaded=None)
+    assert reboot_mod.gpu_reboot_refusal(None) is None
+    assert _commands(reboot_timeout=60, keep_gpu=True)
