@@ -26,6 +26,7 @@ from gpunode.ops.sysctl import sysctl_changes
 from gpunode.profile.check import DEPLOY_FIX, STATUSES, Check, Status, ok
 from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.bandwidth_checks import check_measured_bandwidth
+from gpunode.roles.audit.engine_checks import check_engines
 from gpunode.roles.audit.gpu_checks import check_gpu_inventory, check_gpu_state, check_nvlink
 from gpunode.roles.audit.p2p_checks import check_p2p_paths
 from gpunode.roles.audit.pcie_checks import (
@@ -246,4 +247,5 @@ def audit_checks(
         *check_proxmox(snap),
         *check_boot_esps(snap),
         *check_containers(snap, container_memlock),
+        *check_engines(snap),
     ]
