@@ -13,8 +13,12 @@ import re
 import textwrap
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from gpunode.profile.check import Check, open_count, subject_of
+from gpunode.roles.audit.engines_report import engines_markdown, engines_text
+
+EngineRows = list[dict[str, Any]] | None
 
 RANK_ORDER = {"P0": 0, "P1": 1, "P2": 2}
 REPORT_FORMATS = {"json": ("json",), "md": ("md",), "both": ("json", "md"), "none": (),
@@ -139,8 +143,8 @@ def fold_ok(checks: list[Check]) -> list[Check]:
     return out
 
 
-def render_table(host: str, checks: list[Check]) -> str:
-    """The terminal report of one host."""
+def render_table(host: str, checks: list[Check], engines: EngineRows = None) -> str:
+    """The terminal report of one host (`engines`: the Engines section's rows)."""
     w = TERMINAL_WIDTHS
     lines = [verdict(host, checks), ""]
     actionable = ranked(checks)
@@ -163,6 +167,7 @@ def render_table(host: str, checks: list[Check]) -> str:
                 lines += textwrap.wrap(" ".join(c.note.split()), TABLE_WIDTH,
                                        initial_indent="        why: ", subsequent_indent=" " * 13)
         lines.append("")
+    lines += engines_text(engines)
     good = fold_ok([c for c in checks if c.status == "ok"])
     if good:
         lines.append("Confirmed good")
@@ -201,7 +206,7 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
-def render_markdown(host: str, checks: list[Check]) -> str:
+def render_markdown(host: str, checks: list[Check], engines: EngineRows = None) -> str:
     """The Markdown report of one host (every check, nothing folded)."""
     lines = [f"# gpunode audit: {host}", "", f"**{verdict(host, checks)}**", ""]
     actionable = ranked(checks)
@@ -213,6 +218,7 @@ def render_markdown(host: str, checks: list[Check]) -> str:
               c.note] for c in actionable])
     else:
         lines.append("Nothing to do.")
+    lines += engines_markdown(engines)
     lines += ["", "## Confirmed good", ""]
     lines += _md_table(["Check", "Live", "Note"],
                        [[c.name, c.live, c.note] for c in checks if c.status == "ok"])
@@ -237,7 +243,7 @@ def render_markdown(host: str, checks: list[Check]) -> str:
 # --- JSON ---------------------------------------------------------------------------------------
 
 
-def to_json(host: str, checks: list[Check]) -> dict:
+def to_json(host: str, checks: list[Check], engines: EngineRows = None) -> dict:
     """The machine-readable report: verdict, counts, pending work and every check (ranked
     first, then ok, limit, n/a; each as Check.model_dump())."""
     order = {"P0": 0, "P1": 1, "P2": 2, "ok": 3, "limit": 4, "n/a": 5}
@@ -250,6 +256,7 @@ def to_json(host: str, checks: list[Check]) -> dict:
         "pending": pending(checks),
         "checks": [c.model_dump(mode="json") for c in sorted(checks,
                                                             key=lambda c: order[c.status])],
+        **({} if engines is None else {"engines": engines}),
     }
 
 
@@ -272,7 +279,7 @@ def report_stem(host: str) -> str:
 
 
 def write_reports(host: str, checks: list[Check], formats: Iterable[str],
-                  directory: str | Path = "reports") -> list[Path]:
+                  directory: str | Path = "reports", engines: EngineRows = None) -> list[Path]:
     """Write DIRECTORY/<host>.json and/or .md (local files, never on the node)."""
     written: list[Path] = []
     formats = tuple(formats)
@@ -283,11 +290,12 @@ def write_reports(host: str, checks: list[Check], formats: Iterable[str],
     stem = report_stem(host)
     if "json" in formats:
         path = folder / f"{stem}.json"
-        path.write_text(json.dumps(to_json(host, checks), indent=2) + "\n", encoding="utf-8")
+        path.write_text(json.dumps(to_json(host, checks, engines), indent=2) + "\n",
+                        encoding="utf-8")
         written.append(path)
     if "md" in formats:
         path = folder / f"{stem}.md"
-        path.write_text(render_markdown(host, checks), encoding="utf-8")
+        path.write_text(render_markdown(host, checks, engines), encoding="utf-8")
         written.append(path)
     return written
 
@@ -295,6 +303,24 @@ def write_reports(host: str, checks: list[Check], formats: Iterable[str],
 ACTIVE_ON = frozenset({"1", "true", "yes", "on"})
 ACTIVE_OFF = frozenset({"", "0", "false", "no", "off"})
 ACTIVE_TIMEOUT_S = 120
+ENGINE_METRICS_TIMEOUT_S = 5
+
+
+def engine_metrics_timeout(flag: object, timeout: object) -> int | None:
+    """`--data gpunode_audit_engine_metrics=1 [gpunode_audit_engine_metrics_timeout=S]` ->
+    seconds per engine's /metrics read, None when off (the default); ValueError otherwise."""
+    text = "" if flag is None else str(flag).strip().lower()
+    if text in ACTIVE_OFF:
+        return None
+    if text not in ACTIVE_ON:
+        raise ValueError(f"gpunode_audit_engine_metrics={flag!r}: use 1 (on) or 0 (off)")
+    if timeout is None or str(timeout).strip() == "":
+        return ENGINE_METRICS_TIMEOUT_S
+    value = str(timeout).strip()
+    if not re.match(r"^[0-9]{1,2}$", value) or not 1 <= int(value) <= 60:
+        raise ValueError(f"gpunode_audit_engine_metrics_timeout={timeout!r}: give seconds, "
+                         "1..60")
+    return int(value)
 
 
 def active_timeout(active: object, timeout: object) -> int | None:
