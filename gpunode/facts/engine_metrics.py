@@ -8,7 +8,8 @@ reads at most METRICS_BYTES. GET only: nothing is sent but the request.
 Read: the mean time per output token (histogram sum / count: vLLM
 `vllm:time_per_output_token_seconds` or its successor `vllm:inter_token_latency_seconds`,
 SGLang `sglang:time_per_output_token_seconds`) and the requests running (vLLM
-`vllm:num_requests_running`, SGLang `sglang:num_running_reqs`).
+`vllm:num_requests_running`, SGLang `sglang:num_running_reqs`); SGLang 0.5.4 and later
+spell the prefix `sglang_`.
 """
 
 from __future__ import annotations
@@ -27,9 +28,12 @@ from gpunode.facts.engine_read import EngineProcess
 METRICS_BYTES = 1048576
 RECORD = "@@engine-metrics:"
 TPOT = {"vllm": ("vllm:time_per_output_token_seconds", "vllm:inter_token_latency_seconds"),
-        "sglang": ("sglang:time_per_output_token_seconds",)}
-RUNNING = {"vllm": "vllm:num_requests_running", "sglang": "sglang:num_running_reqs"}
+        "sglang": ("sglang:time_per_output_token_seconds", "sglang_time_per_output_token_seconds")}
+RUNNING = {"vllm": ("vllm:num_requests_running",),
+           "sglang": ("sglang:num_running_reqs", "sglang_num_running_reqs")}
 _WILDCARD = {"", "0.0.0.0", "::", "[::]"}
+_PYTHON_GET = ("import sys, urllib.request as u; "
+               "sys.stdout.buffer.write(u.urlopen(sys.argv[1], timeout=int(sys.argv[2])).read())")
 _HOSTNAME_RE = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252})$")
 
 
@@ -57,9 +61,13 @@ def metrics_url(p: EngineProcess) -> tuple[str | None, str]:
     try:
         address = ipaddress.ip_address(host.strip("[]"))
         host = f"[{address}]" if address.version == 6 else str(address)
+        loopback = address.is_loopback
     except ValueError:
         if not _HOSTNAME_RE.match(host):
             return None, f"--host {host!r}: not an address"
+        loopback = host == "localhost"
+    if loopback and p.where != "host":
+        return None, f"listens on the loopback of {p.where}: not reachable from the host"
     if s.port is None or not 0 < s.port < 65536:
         return None, "no port"
     return f"http://{host}:{s.port}/metrics", ""
@@ -69,10 +77,9 @@ def metrics_command(targets: list[tuple[int, str]], timeout_s: int) -> str:
     parts = []
     for pid, url in targets:
         q = shlex.quote(url)
-        fetch = (f"if command -v curl >/dev/null; then curl -fsS --max-time {timeout_s} {q}; "
-                 "else timeout {t} python3 -c 'import sys,urllib.request as u; "
-                 "sys.stdout.buffer.write(u.urlopen(sys.argv[1], timeout={t}).read())' {q}; "
-                 "fi").replace("{t}", str(timeout_s))
+        t = int(timeout_s)
+        fetch = (f"if command -v curl >/dev/null; then curl -fsS --max-time {t} {q}; "
+                 f"else timeout {t} python3 -c {shlex.quote(_PYTHON_GET)} {q} {t}; fi")
         parts.append(f"echo '{RECORD}{pid}'; ( {fetch} ) 2>/dev/null | head -c {METRICS_BYTES} "
                      "| base64 -w0; echo")
     return "; ".join(parts) + "; true" if parts else "true"
@@ -106,8 +113,8 @@ def engine_numbers(engine: str, url: str, text: str) -> EngineNumbers:
         if count:
             tpot = sums.get(f"{name}_sum", 0.0) / count
             break
-    return EngineNumbers(url=url, time_per_output_token_s=tpot,
-                         requests_running=sums.get(RUNNING.get(engine, "")))
+    running = next((sums[name] for name in RUNNING.get(engine, ()) if name in sums), None)
+    return EngineNumbers(url=url, time_per_output_token_s=tpot, requests_running=running)
 
 
 class EngineMetrics(FactBase):

@@ -39,6 +39,11 @@ class EngineSettings(BaseModel):
     model: str | None = None
     tensor_parallel: int = 1
     pipeline_parallel: int = 1
+    data_parallel: int = 1
+    """Replicas (vLLM --data-parallel-size/-dp, SGLang --dp-size without dp-attention)."""
+    dp_attention: bool = False
+    nodes: int = 1
+    """SGLang --nnodes: the ranks are spread over that many nodes."""
     eager: bool = False
     """CUDA graphs off: vLLM --enforce-eager, SGLang --disable-cuda-graph, TGI --cuda-graphs 0."""
     custom_all_reduce: bool = True
@@ -58,7 +63,8 @@ class EngineSettings(BaseModel):
 _VLLM: dict[str, tuple[str, Kind]] = {
     "--model": ("model", "str"), "--tensor-parallel-size": ("tensor_parallel", "int"),
     "-tp": ("tensor_parallel", "int"), "--pipeline-parallel-size": ("pipeline_parallel", "int"),
-    "-pp": ("pipeline_parallel", "int"), "--enforce-eager": ("eager", "bool"),
+    "-pp": ("pipeline_parallel", "int"), "--data-parallel-size": ("data_parallel", "int"),
+    "-dp": ("data_parallel", "int"), "--enforce-eager": ("eager", "bool"),
     "--no-enforce-eager": ("eager", "negbool"),
     "--disable-custom-all-reduce": ("custom_all_reduce", "negbool"),
     "--gpu-memory-utilization": ("gpu_memory_fraction", "float"),
@@ -68,6 +74,8 @@ _SGLANG: dict[str, tuple[str, Kind]] = {
     "--model-path": ("model", "str"), "--model": ("model", "str"),
     "--tp-size": ("tensor_parallel", "int"), "--tp": ("tensor_parallel", "int"),
     "--pp-size": ("pipeline_parallel", "int"), "--pp": ("pipeline_parallel", "int"),
+    "--dp-size": ("data_parallel", "int"), "--dp": ("data_parallel", "int"),
+    "--enable-dp-attention": ("dp_attention", "bool"), "--nnodes": ("nodes", "int"),
     "--disable-cuda-graph": ("eager", "bool"),
     "--disable-custom-all-reduce": ("custom_all_reduce", "negbool"),
     "--mem-fraction-static": ("gpu_memory_fraction", "float"),
@@ -270,6 +278,13 @@ _ENGINE_PROGRAM_RE = re.compile(
     r"^(vllm\.entrypoints\.openai\.api_server|sglang\.launch_server)$")
 ENGINE_ARG_PATTERN = _ENGINE_PROGRAM_RE.pattern
 """One argument of an engine's command line (grep -E on each NUL-separated argument)."""
+
+
+def gpus_per_node(settings: EngineSettings) -> int:
+    """The GPUs one node's share of the engine needs: TP x PP (x DP) / nodes."""
+    replicas = 1 if settings.dp_attention else settings.data_parallel
+    world = settings.tensor_parallel * settings.pipeline_parallel * replicas
+    return max(1, world // max(1, settings.nodes))
 
 
 def flag_of(settings: EngineSettings, setting: str, default: str) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from gpunode.facts.containers import ContainerState
 from gpunode.facts.engine_read import EngineProcess
+from gpunode.facts.engines import gpus_per_node
 from gpunode.facts.gpu_numa import local_cpuset, parse_cpulist
 from gpunode.profile.check import Check, ok
 from gpunode.roles.audit.snapshot import NodeSnapshot
@@ -78,8 +79,11 @@ def check_parallel(p: EngineProcess, snap: NodeSnapshot) -> list[Check]:
     if p.engine == "tgi" and "tensor_parallel" not in s.source:
         return [ok(_name(p, "parallel size"), "one shard per visible GPU (TGI's default)",
                    kind="engine parallel size")]
-    world = s.tensor_parallel * s.pipeline_parallel
-    live = f"TP {s.tensor_parallel} x PP {s.pipeline_parallel} = {world}"
+    world = gpus_per_node(s)
+    live = f"TP {s.tensor_parallel} x PP {s.pipeline_parallel}"
+    if s.data_parallel > 1 and not s.dp_attention:
+        live += f" x DP {s.data_parallel}"
+    live += f" = {world}" if s.nodes == 1 else f" over {s.nodes} nodes = {world} here"
     if count is None:
         return [Check(name=_name(p, "parallel size"), status="n/a",
                       live=f"{live}; the GPUs it can see are unknown (no nvidia-smi, no "
@@ -203,7 +207,7 @@ def check_shm(p: EngineProcess) -> list[Check]:
     if p.shm_kib is None:
         return []
     s = p.settings
-    world = s.tensor_parallel * s.pipeline_parallel
+    world = gpus_per_node(s)
     size = f"{p.shm_kib // 1024} MiB"
     if world < 2 or p.shm_kib >= SHM_MIN_KIB:
         return [ok(_name(p, "/dev/shm"), size, kind="engine /dev/shm")]
