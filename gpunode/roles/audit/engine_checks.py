@@ -91,7 +91,8 @@ def check_parallel(p: EngineProcess, snap: NodeSnapshot) -> list[Check]:
     if world > count:
         return [Check(name=_name(p, "parallel size"), status="P0",
                       live=f"{live} GPUs, it sees {count} ({how})", want=f"<= {count}",
-                      fix=f"start it with {flag} {count} (TP x PP = {count}; set by "
+                      fix=f"start it with {flag} {max(1, count // s.pipeline_parallel)} "
+                      f"(TP x PP <= {count}; now set by "
                       f"{s.source.get('tensor_parallel', 'default')}), or give it {world} "
                       f"GPUs, {RESTART}")]
     if world < count:
