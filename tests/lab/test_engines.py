@@ -175,28 +175,28 @@ def test_audit_finds_each_stand_in_engine_and_changes_nothing(engines, tmp_path)
     rows = {(r["engine"], r["where"], r["model"]): r for r in data["engines"]}
 
     vllm = rows[("vllm", where, "/models/llama-70b")]
-    v = f"engine vllm pid {vllm['pid']} ({where}): "
-    assert checks[v + "CUDA graphs"]["status"] == "P0"
-    assert "--enforce-eager" in checks[v + "CUDA graphs"]["live"]
-    tp = checks[v + "parallel size"]
+    v = f": vllm {vllm['pid']} ({where})"
+    assert checks["CUDA graphs" + v]["status"] == "P0"
+    assert "--enforce-eager" in checks["CUDA graphs" + v]["live"]
+    tp = checks["parallel size" + v]
     assert tp["status"] == "P0" and "it sees 2 (CUDA_VISIBLE_DEVICES=0,1)" in tp["live"]
-    assert checks[v + "NCCL_P2P_DISABLE"]["status"] == "P0"
-    assert checks[v + "NCCL_DEBUG"]["status"] == "P2"
-    assert checks[v + "memlock"]["status"] == "P0"
-    assert checks[v + "memlock"]["live"].startswith("65536 bytes")
-    shm = checks[v + "/dev/shm"]
+    assert checks["NCCL_P2P_DISABLE" + v]["status"] == "P0"
+    assert checks["NCCL_DEBUG" + v]["status"] == "P2"
+    assert checks["memlock" + v]["status"] == "P0"
+    assert checks["memlock" + v]["live"].startswith("65536 bytes")
+    shm = checks["/dev/shm" + v]
     assert shm["status"] == "P0" and shm["live"].startswith("16 MiB for 8 ranks")
-    assert "torch 2.7.0+cu128 for CUDA 12.8" in checks[v + "CUDA build"]["live"]
+    assert "torch 2.7.0+cu128 for CUDA 12.8" in checks["CUDA build" + v]["live"]
 
     sglang = rows[("sglang", where, "/models/qwen")]
-    s = f"engine sglang pid {sglang['pid']} ({where}): "
-    assert checks[s + "CUDA graphs"]["status"] == "P0"
-    assert "--disable-cuda-graph" in checks[s + "CUDA graphs"]["live"]
-    assert checks[s + "CUDA device order"]["status"] == "P2"
-    assert checks[s + "parallel size"]["status"] == "ok"
+    s = f": sglang {sglang['pid']} ({where})"
+    assert checks["CUDA graphs" + s]["status"] == "P0"
+    assert "--disable-cuda-graph" in checks["CUDA graphs" + s]["live"]
+    assert checks["CUDA device order" + s]["status"] == "P2"
+    assert checks["parallel size" + s]["status"] == "ok"
 
     bad = rows[("vllm", where, "/models/qwen")]
-    assert any(c["name"] == f"engine vllm pid {bad['pid']} ({where}): read"
+    assert any(c["name"] == f"read: vllm {bad['pid']} ({where})"
                and "not valid YAML" in c["live"] for c in data["checks"])
 
     host = rows[("vllm", "host", "/models/small")]

@@ -36,8 +36,14 @@ NCCL_VARIABLES: dict[str, tuple[str, str]] = {
 RESTART = "and restart the engine"
 
 
+def engine_subject(p: EngineProcess) -> str:
+    """'vllm 4242 (CT 110)': the process and where it runs."""
+    return f"{p.engine} {p.pid} ({p.where})"
+
+
 def _name(p: EngineProcess, what: str) -> str:
-    return f"engine {p.label}: {what}"
+    """'CUDA graphs: vllm 4242 (CT 110)' (what first: the terminal table clips the end)."""
+    return f"{what}: {engine_subject(p)}"
 
 
 def _container(p: EngineProcess, snap: NodeSnapshot) -> ContainerState | None:
@@ -290,10 +296,14 @@ def check_notes(p: EngineProcess) -> list[Check]:
 
 
 def engine_process_checks(p: EngineProcess, snap: NodeSnapshot) -> list[Check]:
-    return [*check_notes(p), *check_parallel(p, snap), *check_device_order(p),
-            *check_eager(p), *check_nccl(p), *check_memlock(p, snap),
-            *check_affinity(p, snap), *check_shm(p), *check_cuda(p, snap),
-            *check_custom_all_reduce(p, snap), *check_memory_fraction(p)]
+    """One engine's checks; each fix starts with the process it is for (the terminal table
+    clips long check names)."""
+    checks = [*check_notes(p), *check_parallel(p, snap), *check_device_order(p),
+              *check_eager(p), *check_nccl(p), *check_memlock(p, snap),
+              *check_affinity(p, snap), *check_shm(p), *check_cuda(p, snap),
+              *check_custom_all_reduce(p, snap), *check_memory_fraction(p)]
+    where = engine_subject(p)
+    return [c.model_copy(update={"fix": f"{where}: {c.fix}"}) if c.fix else c for c in checks]
 
 
 def check_engines(snap: NodeSnapshot) -> list[Check]:

@@ -14,10 +14,12 @@ Markdown and JSON; `engine_series` gives the per-engine Prometheus series:
 
 from __future__ import annotations
 
+import textwrap
 from typing import Any
 
 from gpunode.facts.engine_metrics import EngineNumbers
 from gpunode.profile.check import Check
+from gpunode.roles.audit.engine_checks import engine_subject
 from gpunode.roles.audit.snapshot import NodeSnapshot
 
 RANKS = ("P0", "P1", "P2")
@@ -38,8 +40,8 @@ def engine_rows(snap: NodeSnapshot, checks: list[Check],
         return None
     rows = []
     for p in snap.engines.processes:
-        prefix = f"engine {p.label}: "
-        mine = [c for c in checks if c.name.startswith(prefix)]
+        subject = f": {engine_subject(p)}"
+        mine = [c for c in checks if c.name.endswith(subject)]
         s = p.settings
         read = (numbers or {}).get(p.pid)
         rows.append({
@@ -49,7 +51,7 @@ def engine_rows(snap: NodeSnapshot, checks: list[Check],
             "shm_mib": None if p.shm_kib is None else p.shm_kib // 1024,
             "memlock": p.memlock_soft, "torch": p.torch_version, "torch_cuda": p.torch_cuda,
             "findings": {rank: sum(c.status == rank for c in mine) for rank in RANKS},
-            "parallel_mismatch": any(c.name == prefix + "parallel size" and c.status != "ok"
+            "parallel_mismatch": any(c.name == "parallel size" + subject and c.status != "ok"
                                      and c.status != "n/a" for c in mine),
             "metrics": None if read is None else read.model_dump(),
         })
@@ -73,15 +75,17 @@ def _summary(row: dict[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def engines_text(rows: list[dict[str, Any]] | None) -> list[str]:
-    """The terminal report's Engines section."""
+def engines_text(rows: list[dict[str, Any]] | None, width: int = 96) -> list[str]:
+    """The terminal report's Engines section (each engine wrapped within width)."""
     if rows is None:
         return []
     lines = ["Engines"]
     if not rows:
         return [*lines, "  no serving engine running", ""]
     for row in rows:
-        lines.append(f"  {row['engine']} pid {row['pid']} ({row['where']}): {_summary(row)}")
+        lines += textwrap.wrap(f"{row['engine']} {row['pid']} ({row['where']}): "
+                               f"{_summary(row)}", width, initial_indent="  ",
+                               subsequent_indent="      ")
     return [*lines, ""]
 
 

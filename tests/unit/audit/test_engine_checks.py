@@ -52,16 +52,16 @@ def test_eager_tp_and_nccl_leftovers_in_a_container_with_one_gpu():
                 env={"NCCL_P2P_DISABLE": "1", "NCCL_DEBUG": "INFO"})
     _, snap = node_with(p)
     checks = by_name(check_engines(snap))
-    prefix = "engine vllm pid 4242 (CT 110): "
-    eager = checks[prefix + "CUDA graphs"]
+    subject = ": vllm 4242 (CT 110)"
+    eager = checks["CUDA graphs" + subject]
     assert eager.status == "P0" and "--enforce-eager" in eager.live
-    tp = checks[prefix + "parallel size"]
+    tp = checks["parallel size" + subject]
     assert tp.status == "P0" and "TP 2 x PP 1 = 2 GPUs, it sees 1" in tp.live
     assert "CT 110 is given 1" in tp.live and "--tensor-parallel-size 1" in tp.fix
-    assert checks[prefix + "NCCL_P2P_DISABLE"].status == "P0"
-    assert checks[prefix + "NCCL_DEBUG"].status == "P2"
-    assert "unset NCCL_DEBUG" in checks[prefix + "NCCL_DEBUG"].fix
-    order = checks[prefix + "CUDA device order"]
+    assert checks["NCCL_P2P_DISABLE" + subject].status == "P0"
+    assert checks["NCCL_DEBUG" + subject].status == "P2"
+    assert "unset NCCL_DEBUG" in checks["NCCL_DEBUG" + subject].fix
+    order = checks["CUDA device order" + subject]
     assert order.status == "P2" and "CUDA_VISIBLE_DEVICES=1,2" in order.live
 
 
@@ -82,13 +82,13 @@ def test_small_shm_low_memlock_and_newer_cuda():
                 docker="3f1c2b9a8d7e")
     _, snap = node_with(p)
     checks = by_name(check_engines(snap))
-    prefix = "engine vllm pid 4242 (CT 110, docker 3f1c2b9a8d7e): "
-    shm = checks[prefix + "/dev/shm"]
+    subject = ": vllm 4242 (CT 110, docker 3f1c2b9a8d7e)"
+    shm = checks["/dev/shm" + subject]
     assert shm.status == "P0" and "64 MiB for 2 ranks" in shm.live
     assert "docker run --shm-size" in shm.fix
-    memlock = checks[prefix + "memlock"]
+    memlock = checks["memlock" + subject]
     assert memlock.status == "P0" and "CT 110's init has unlimited" in memlock.live
-    cuda = checks[prefix + "CUDA build"]
+    cuda = checks["CUDA build" + subject]
     assert cuda.status == "P0" and "driver CUDA 12.2" in cuda.live
 
 
@@ -100,11 +100,11 @@ def test_sglang_memory_fraction_and_custom_all_reduce_on_pcie():
     _, snap = node_with(p, topology=topology,
                         nvidia=snap.nvidia.model_copy(update={"gpus": gpus}))
     checks = by_name(check_engines(snap))
-    prefix = "engine sglang pid 4242 (host): "
-    assert checks[prefix + "--mem-fraction-static"].status == "P2"
-    assert checks[prefix + "custom all-reduce"].status == "P2"
-    assert "--disable-custom-all-reduce" in checks[prefix + "custom all-reduce"].fix
-    assert checks[prefix + "parallel size"].status == "ok"
+    subject = ": sglang 4242 (host)"
+    assert checks["--mem-fraction-static" + subject].status == "P2"
+    assert checks["custom all-reduce" + subject].status == "P2"
+    assert "--disable-custom-all-reduce" in checks["custom all-reduce" + subject].fix
+    assert checks["parallel size" + subject].status == "ok"
 
 
 def test_tgi_one_shard_of_four_visible():
@@ -112,7 +112,7 @@ def test_tgi_one_shard_of_four_visible():
     profile, snap = healthy()
     gpus = snap.nvidia.gpus * 4 if snap.nvidia else []
     _, snap = node_with(p, nvidia=snap.nvidia.model_copy(update={"gpus": gpus}))
-    tp = by_name(check_engines(snap))["engine tgi pid 4242 (host): parallel size"]
+    tp = by_name(check_engines(snap))["parallel size: tgi 4242 (host)"]
     assert tp.status == "P2" and "--num-shard 4" in tp.fix
 
 
@@ -122,10 +122,10 @@ def test_affinity_off_the_gpus_numa_node():
     p = process("vllm-gfx906-22-serve-tp4", cpus_allowed="0-3", mems_allowed="0-1")
     _, snap = node_with(p, gpu_numa=numa)
     checks = by_name(check_engines(snap))
-    prefix = "engine vllm pid 4242 (host): "
-    assert checks[prefix + "CPU affinity"].status == "P0"
-    assert "numactl --cpunodebind=1" in checks[prefix + "CPU affinity"].fix
-    assert checks[prefix + "memory affinity"].status == "P2"
+    subject = ": vllm 4242 (host)"
+    assert checks["CPU affinity" + subject].status == "P0"
+    assert "numactl --cpunodebind=1" in checks["CPU affinity" + subject].fix
+    assert checks["memory affinity" + subject].status == "P2"
 
 
 def test_unknown_gpus_and_no_torch_are_not_findings():
@@ -133,8 +133,8 @@ def test_unknown_gpus_and_no_torch_are_not_findings():
     p = process("sglang-5389-defaults")
     _, snap = node_with(p, nvidia=None)
     checks = by_name(check_engines(snap))
-    assert checks["engine sglang pid 4242 (host): parallel size"].status == "n/a"
-    assert checks["engine sglang pid 4242 (host): CUDA build"].status == "n/a"
+    assert checks["parallel size: sglang 4242 (host)"].status == "n/a"
+    assert checks["CUDA build: sglang 4242 (host)"].status == "n/a"
 
 
 def test_no_engine_says_so_and_the_report_has_the_section():
@@ -161,7 +161,7 @@ def test_report_rows_and_series():
     assert (row["where"], row["cuda_graphs"], row["parallel_mismatch"]) == ("CT 110", False, True)
     assert row["findings"]["P0"] == 3  # eager, TP 2 on 1 GPU, NCCL_P2P_DISABLE
     text = render_table("pve1", checks, rows)
-    assert "vllm pid 4242 (CT 110): model /mnt/general/models/Qwen3-30B-A3B-Instruct-2507-FP8" \
+    assert "vllm 4242 (CT 110): model /mnt/general/models/Qwen3-30B-A3B-Instruct-2507-FP8" \
         in text and "CUDA graphs OFF" in text
     assert json.loads(json.dumps(to_json("pve1", checks, rows)))["engines"][0]["pid"] == 4242
     series = "\n".join(engine_series(rows))
