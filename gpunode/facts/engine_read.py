@@ -15,7 +15,9 @@ for each (at most MAX_PROCESSES) it prints, line by line:
   relative path), at most CONFIG_BYTES; `config-unreadable`, `config-refused` (a path with
   `..`);
 - `torch B64`: the `__version__` and `cuda` lines of torch/version.py under the process's
-  prefixes (its program's `.../bin/..`, /usr/local, /usr) through /proc/PID/root.
+  prefixes (its program's `.../bin/..`, /usr/local, /usr) through /proc/PID/root;
+- `compat PATH`: CUDA forward-compatibility libraries (/usr/local/cuda*/compat/libcuda.so.V)
+  in its filesystem.
 
 Nothing runs inside a container (no pct exec, no docker exec, no nsenter); nothing is
 written. A process that exits while it is read leaves a partial record: the parser keeps
@@ -66,6 +68,9 @@ class EngineProcess(BaseModel):
     shm_kib: int | None = None
     torch_version: str | None = None
     torch_cuda: str | None = None
+    cuda_compat: list[str] = Field(default_factory=list)
+    """CUDA forward-compatibility libraries in its filesystem (/usr/local/cuda*/compat/
+    libcuda.so.VERSION), as paths inside it."""
     settings: EngineSettings = Field(default_factory=EngineSettings)
     workers: int = 0
     """Forked children with the same command line (vLLM's workers), folded in."""
@@ -158,6 +163,7 @@ class _Record:
         self.fields: dict[str, str] = {}
         self.status: dict[str, str] = {}
         self.cgroup: list[str] = []
+        self.compat: list[str] = []
         self.notes: list[str] = []
 
     def add(self, line: str) -> None:
@@ -167,6 +173,8 @@ class _Record:
             self.status[name.strip()] = value.strip()
         elif key == "cgroup":
             self.cgroup.append(rest)
+        elif key == "compat":
+            self.compat.append(rest.strip())
         else:
             self.fields[key] = rest
 
@@ -242,6 +250,7 @@ def engine_process(record: _Record) -> EngineProcess | None:
         memlock_soft=limits[0] if limits else None, cgroup="\n".join(record.cgroup),
         vmid=vmid, lxc_name=lxc_name, docker=docker,
         shm_kib=_shm_kib(record.fields.get("shm")), torch_version=version, torch_cuda=cuda,
+        cuda_compat=record.compat[:8],
         settings=settings, notes=[*record.notes, *settings.problems],
     )
 
@@ -310,7 +319,9 @@ def engine_read_command() -> str:
         "/usr/local /usr; do for v in /proc/$p/root$d/lib/python3*/*-packages/torch/version.py; "
         'do if [ -f "$v" ]; then '
         "echo \"torch $(grep -E '^(__version__|cuda)' \"$v\" | head -c 512 | base64 -w0)\"; "
-        "break 2; fi; done; done"
+        "break 2; fi; done; done; "
+        "for c in /proc/$p/root/usr/local/cuda*/compat/libcuda.so.*.*; do "
+        '[ -e "$c" ] && echo "compat ${c#/proc/$p/root}"; done'
     )
     return (
         f"n=0; for m in $(grep -lzaE {q(ENGINE_ARG_PATTERN)} /proc/[0-9]*/cmdline); do "

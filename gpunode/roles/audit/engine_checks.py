@@ -259,6 +259,32 @@ def check_cuda(p: EngineProcess, snap: NodeSnapshot) -> list[Check]:
     return [ok(_name(p, "CUDA build"), live, kind="engine CUDA build")]
 
 
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(".") if x.isdigit())
+
+
+def check_cuda_compat(p: EngineProcess, snap: NodeSnapshot) -> list[Check]:
+    """A CUDA compat libcuda on the engine's LD_LIBRARY_PATH older than the host's driver:
+    the process loads a driver library the kernel module does not match (CUDA error 803)."""
+    driver = snap.driver_loaded or (snap.nvidia.driver_version if snap.nvidia else None)
+    paths = (p.env or {}).get("LD_LIBRARY_PATH", "").split(":")
+    used = [lib for lib in p.cuda_compat if lib.rsplit("/", 1)[0] in paths]
+    if not driver or not used:
+        return []
+    checks = []
+    for lib in used:
+        version = lib.rsplit("libcuda.so.", 1)[-1]
+        if _version(version) < _version(driver):
+            checks.append(Check(
+                name=_name(p, "CUDA compat library"), status="P0",
+                live=f"{lib} ({version}) on LD_LIBRARY_PATH, host driver {driver}",
+                want=f"none, or >= {driver}",
+                fix=f"take {lib.rsplit('/', 1)[0]} off LD_LIBRARY_PATH (the host driver is "
+                f"newer) {RESTART}"))
+    return checks or [ok(_name(p, "CUDA compat library"), f"{used[0]} (>= driver {driver})",
+                         kind="engine CUDA compat library")]
+
+
 def check_custom_all_reduce(p: EngineProcess, snap: NodeSnapshot) -> list[Check]:
     s = p.settings
     links = snap.topology.links if snap.topology else {}
@@ -301,7 +327,8 @@ def engine_process_checks(p: EngineProcess, snap: NodeSnapshot) -> list[Check]:
     checks = [*check_notes(p), *check_parallel(p, snap), *check_device_order(p),
               *check_eager(p), *check_nccl(p), *check_memlock(p, snap),
               *check_affinity(p, snap), *check_shm(p), *check_cuda(p, snap),
-              *check_custom_all_reduce(p, snap), *check_memory_fraction(p)]
+              *check_cuda_compat(p, snap), *check_custom_all_reduce(p, snap),
+              *check_memory_fraction(p)]
     where = engine_subject(p)
     return [c.model_copy(update={"fix": f"{where}: {c.fix}"}) if c.fix else c for c in checks]
 

@@ -169,3 +169,16 @@ def test_report_rows_and_series():
     assert f"gpunode_engine_eager{{{labels}}} 1" in series
     assert f"gpunode_engine_parallel_mismatch{{{labels}}} 1" in series
     assert f'gpunode_engine_findings{{{labels},severity="P0"}} 3' in series
+
+
+def test_stale_cuda_compat_library_on_the_library_path():
+    # the captured A100 node's driver is 535.54.03; a CUDA 12.1 image's compat libcuda is older
+    lib = "/usr/local/cuda-12.1/compat/libcuda.so.530.30.02"
+    p = process("vllm-28910-api-server-module-tp4", vmid=110, cuda_compat=[lib],
+                env={"LD_LIBRARY_PATH": "/usr/local/cuda-12.1/compat:/usr/local/nvidia/lib64"})
+    _, snap = node_with(p)
+    check = by_name(check_engines(snap))["CUDA compat library: vllm 4242 (CT 110)"]
+    assert check.status == "P0" and "host driver 535.54.03" in check.live
+    off_path = process("vllm-28910-api-server-module-tp4", vmid=110, cuda_compat=[lib])
+    _, snap = node_with(off_path)
+    assert "CUDA compat library: vllm 4242 (CT 110)" not in by_name(check_engines(snap))

@@ -136,12 +136,14 @@ def test_hidden_environ_and_a_process_gone_mid_read():
              "cgroup 0::/lxc/110/ns/system.slice/docker-"
              "3f1c2b9a8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a.scope",
              "shm Filesystem 1024-blocks Used Available Capacity Mounted",
+             "compat /usr/local/cuda-12.1/compat/libcuda.so.530.30.02",
              f"{RECORD}102", "cmdline ", "environ-unreadable"]
     state = parse_engine_read(lines)
     [p] = state.processes
     assert p.env is None and any("environment not readable" in n for n in p.notes)
     assert (p.vmid, p.docker, p.where) == (110, "3f1c2b9a8d7e", "CT 110, docker 3f1c2b9a8d7e")
     assert p.memlock_soft == "65536" and p.shm_kib is None and p.settings.eager
+    assert p.cuda_compat == ["/usr/local/cuda-12.1/compat/libcuda.so.530.30.02"]
     assert state.notes == ["pid 102 exited while it was read"]
 
 
