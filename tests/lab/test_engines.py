@@ -140,7 +140,7 @@ def engines(lab_vm):
         in_container(vm, "", "/opt/engines/bin/vllm serve /models/qwen --config "
                              "/opt/engines/bad.yaml")
         engine_tree(vm, HOST_DIR)
-        sh(vm, f"cd {HOST_DIR} && PYTHONPATH={HOST_DIR} setsid {HOST_DIR}/bin/vllm serve "
+        sh(vm, f"cd {HOST_DIR}; PYTHONPATH={HOST_DIR} setsid {HOST_DIR}/bin/vllm serve "
                f"/models/small --host 127.0.0.1 --port {PORT} </dev/null >/dev/null 2>&1 & "
                f"echo $! > {HOST_DIR}/pid")
         time.sleep(3)
