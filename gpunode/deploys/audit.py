@@ -19,6 +19,10 @@ Options (pyinfra --data, for every host):
   gpunode_audit_active_timeout seconds (default 120, 10..3600), and reports each GPU pair's
   P2P bandwidth and the bus bandwidth against what the PCIe links carry. It loads the GPUs:
   run it on a node that serves nothing.
+- gpunode_audit_engine_metrics=1: also read each serving engine's own /metrics (vLLM, SGLang)
+  where the engine listens, each bounded by gpunode_audit_engine_metrics_timeout seconds
+  (default 5, 1..60): time per output token and requests running, into the report's Engines
+  section and the textfile metrics. Off by default; GET only.
 
 Failure signal: with -y (cron, CI, monitoring) every host is audited and pyinfra exits 1 when
 any host has a P0 or P1 open ("HOST: audit failed: N open (P0 a, P1 b)", that host marked
@@ -31,7 +35,7 @@ from pyinfra.api.exceptions import PyinfraError
 
 from gpunode.profile.loader import profiles_of_run
 from gpunode.pyinfra_adapter import fit_cli_tables
-from gpunode.roles.audit.report import active_timeout, report_formats
+from gpunode.roles.audit.report import active_timeout, engine_metrics_timeout, report_formats
 from gpunode.roles.audit.run import audit_node
 
 
@@ -51,10 +55,18 @@ def audit() -> None:
     except ValueError as exc:
         raise PyinfraError(f"{host.name}: --data {exc}") from None
 
+    try:
+        engine_metrics = engine_metrics_timeout(
+            host.data.get("gpunode_audit_engine_metrics"),
+            host.data.get("gpunode_audit_engine_metrics_timeout"))
+    except ValueError as exc:
+        raise PyinfraError(f"{host.name}: --data {exc}") from None
+
     audit_node(
         name="Audit the live node" + (" (active: bandwidth tests)" if active else " (read-only)"),
         profile=profile,
         formats=formats,
         report_dir=str(host.data.get("report_dir") or "reports"),
         active_timeout_s=active,
+        engine_metrics_timeout_s=engine_metrics,
     )

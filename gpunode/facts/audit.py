@@ -47,7 +47,7 @@ from gpunode.facts.gpu_details import (
     parse_nvlink_status,
     parse_unit_state,
 )
-from gpunode.facts.gpu_numa import GPU_NUMA_COMMAND, parse_gpu_numa
+from gpunode.facts.gpu_numa import GPU_NUMA_COMMAND, GpuNuma, parse_gpu_numa
 from gpunode.facts.gpu_topology import GpuTopology, parse_gpu_topology
 from gpunode.facts.kernels import KernelPackages, parse_installed_kernels
 from gpunode.facts.lxc import parse_pct_list, parse_pve_lxc_config_fact
@@ -127,13 +127,14 @@ class AuditExtras(BaseModel):
     boot_pinned: str | None = None
     containers: list[ContainerState] | None = None
     """None where `pct` is not installed (not a Proxmox host)."""
+    gpu_numa: GpuNuma = Field(default_factory=GpuNuma)
 
     def snapshot_fields(self) -> dict[str, object]:
         """The fields a Snapshot takes from the audit's read."""
         return {name: getattr(self, name) for name in (
             "iommu", "pci_paths", "nvidia", "gpu_details", "nvlink", "driver_loaded",
             "driver_open", "module_installed_flavour", "driver_packages", "persistenced",
-            "topology", "kernels", "pve", "boot_pinned", "containers")}
+            "topology", "kernels", "pve", "boot_pinned", "containers", "gpu_numa")}
 
 
 # --- parsers -------------------------------------------------------------------------------
@@ -196,6 +197,7 @@ def parse_audit_sections(text: str) -> AuditExtras:
         boot_kernels=boot_kernels,
         boot_pinned=boot_pinned,
         containers=containers,
+        gpu_numa=parse_gpu_numa(text or ""),
     )
 
 

@@ -36,8 +36,10 @@ from gpunode.facts.cmdline import CmdlineState, KernelCmdline
 from gpunode.facts.containers import ContainerState
 from gpunode.facts.cpu import CpuPower, CpuState
 from gpunode.facts.dpkg import InstalledPackages
+from gpunode.facts.engine_read import EngineProcesses, EngineReadState
 from gpunode.facts.gpu_details import GpuDetails, NvlinkGpu, UnitState
 from gpunode.facts.gpu_health import KernelXids, PciSysfs, PciSysfsState, XidLog
+from gpunode.facts.gpu_numa import GpuNuma
 from gpunode.facts.gpu_topology import GpuTopology
 from gpunode.facts.kernel_params import KernelParams, KernelParamsState
 from gpunode.facts.kernels import InstalledKernels, KernelPackages
@@ -209,6 +211,10 @@ class Snapshot(BaseModel):
     """The host's /dev/nvidia* device nodes."""
     containers: list[ContainerState] | None = None
     """None where pct is missing (not Proxmox) or the audit's parts were not read."""
+    gpu_numa: GpuNuma | None = None
+    """The host's NUMA nodes and where its GPUs sit (the audit's read)."""
+    engines: EngineReadState | None = None
+    """The serving engines running on the node (facts.engine_read; the audit's read)."""
     parts: dict[str, Any] = {}
     """The roles' own reads (Needs.parts) by name; a part that could not be read is absent."""
 
@@ -265,6 +271,7 @@ def sections(needs: Needs) -> dict[str, tuple[type[FactBase], dict[str, Any]]]:
         (needs.audit, "driver_packages", InstalledPackages,
          {"patterns": NVIDIA_PACKAGE_PATTERNS}),
         (needs.audit, "audit", AuditFacts, {}),
+        (needs.audit, "engines", EngineProcesses, {}),
     ]
     parts.update({name: (fact, kwargs) for wanted, name, fact, kwargs in optional if wanted})
     parts.update({f"contents:{path}": (FileContents, {"path": path}) for path in needs.contents})

@@ -27,6 +27,7 @@ from gpunode.ops.sysctl import sysctl_changes
 from gpunode.profile.check import DEPLOY_FIX, STATUSES, Check, Status, ok
 from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.bandwidth_checks import check_measured_bandwidth
+from gpunode.roles.audit.engine_checks import check_engines
 from gpunode.roles.audit.gpu_checks import check_gpu_inventory, check_gpu_state, check_nvlink
 from gpunode.roles.audit.health_checks import (
     check_container_device_nodes,
@@ -270,4 +271,5 @@ def audit_checks(
         *check_boot_esps(snap),
         *check_containers(snap, container_memlock),
         *check_container_device_nodes(snap),
+        *check_engines(snap),
     ]

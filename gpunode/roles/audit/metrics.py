@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
@@ -107,11 +108,13 @@ def write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
 
 
 def write_node_metrics(host_name: str, target: object, settings: list[Check],
-                       checks: list[Check], now: float) -> Path | None:
+                       checks: list[Check], now: float,
+                       extra: Iterable[str] = ()) -> Path | None:
     """Write the audit's metrics where the host data `gpunode_metrics_file` says (None: not
-    asked for); returns the path written."""
+    asked for), with `extra` lines (the engines' series) after them; returns the path."""
     if not target:
         return None
     path = metrics_path(str(target), host_name)
-    write_textfile(path, metrics_registry(settings, checks, "audit", now))
+    more = "".join(f"{line}\n" for line in extra)
+    write_atomic(path, render_metrics(settings, checks, "audit", now) + more)
     return path

@@ -15,10 +15,14 @@ import time
 from collections.abc import Iterable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from gpunode import __version__
 from gpunode.profile.check import Check, open_count, subject_of
+from gpunode.roles.audit.engines_report import engines_markdown, engines_text
 from gpunode.roles.audit.metrics import write_atomic
+
+EngineRows = list[dict[str, Any]] | None
 
 RANK_ORDER = {"P0": 0, "P1": 1, "P2": 2}
 REPORT_FORMATS = {"json": ("json",), "md": ("md",), "both": ("json", "md"), "none": (),
@@ -171,14 +175,15 @@ def _actionable_lines(actionable: list[Check]) -> list[str]:
     return lines
 
 
-def render_table(host: str, checks: list[Check]) -> str:
-    """The terminal report of one host."""
+def render_table(host: str, checks: list[Check], engines: EngineRows = None) -> str:
+    """The terminal report of one host (`engines`: the Engines section's rows)."""
     lines = [verdict(host, checks), ""]
     actionable = ranked(checks)
     if actionable:
         lines.append("Actionable, ranked (P0 runtime fix, P1 needs a reboot/restart, P2 minor)")
         lines += _actionable_lines(actionable)
         lines.append("")
+    lines += engines_text(engines)
     good = fold_ok([c for c in checks if c.status == "ok"])
     if good:
         lines.append("Confirmed good")
@@ -213,8 +218,8 @@ def _md_table(headers: list[str], rows: list[list[str]]) -> list[str]:
     return out
 
 
-def render_markdown(host: str, checks: list[Check]) -> str:
-    """The Markdown report of one host (every check, nothing folded)."""
+def render_markdown(host: str, checks: list[Check], engines: EngineRows = None) -> str:
+    """The Markdown report of one host (every check, nothing folded; the Engines section)."""
     lines = [f"# gpunode audit: {host}", "", f"**{verdict(host, checks)}**", ""]
     actionable = ranked(checks)
     lines += ["## Actionable, ranked", ""]
@@ -225,6 +230,7 @@ def render_markdown(host: str, checks: list[Check]) -> str:
               c.note] for c in actionable])
     else:
         lines.append("Nothing to do.")
+    lines += engines_markdown(engines)
     lines += ["", "## Confirmed good", ""]
     lines += _md_table(["Check", "Live", "Note"],
                        [[c.name, c.live, c.note] for c in checks if c.status == "ok"])
@@ -249,7 +255,8 @@ def render_markdown(host: str, checks: list[Check]) -> str:
 # --- JSON ---------------------------------------------------------------------------------------
 
 
-def to_json(host: str, checks: list[Check], now: float | None = None) -> dict:
+def to_json(host: str, checks: list[Check], engines: EngineRows = None,
+            now: float | None = None) -> dict:
     """The machine-readable report: its schema version (REPORT_SCHEMA_VERSION: raised when a
     key changes meaning or goes away), the gpunode version, host, when (UTC, ISO 8601),
     verdict, counts, pending work and every check (ranked first, then ok, limit, n/a; each
@@ -268,6 +275,7 @@ def to_json(host: str, checks: list[Check], now: float | None = None) -> dict:
         "pending": pending(checks),
         "checks": [c.model_dump(mode="json") for c in sorted(checks,
                                                             key=lambda c: order[c.status])],
+        **({} if engines is None else {"engines": engines}),
     }
 
 
@@ -290,7 +298,7 @@ def report_stem(host: str) -> str:
 
 
 def write_reports(host: str, checks: list[Check], formats: Iterable[str],
-                  directory: str | Path = "reports") -> list[Path]:
+                  directory: str | Path = "reports", engines: EngineRows = None) -> list[Path]:
     """Write DIRECTORY/<host>.json and/or .md (local files, never on the node), each whole
     and without following a link (write_atomic)."""
     written: list[Path] = []
@@ -301,11 +309,11 @@ def write_reports(host: str, checks: list[Check], formats: Iterable[str],
     stem = report_stem(host)
     if "json" in formats:
         path = folder / f"{stem}.json"
-        write_atomic(path, json.dumps(to_json(host, checks), indent=2) + "\n")
+        write_atomic(path, json.dumps(to_json(host, checks, engines=engines), indent=2) + "\n")
         written.append(path)
     if "md" in formats:
         path = folder / f"{stem}.md"
-        write_atomic(path, render_markdown(host, checks))
+        write_atomic(path, render_markdown(host, checks, engines))
         written.append(path)
     return written
 
@@ -313,6 +321,24 @@ def write_reports(host: str, checks: list[Check], formats: Iterable[str],
 ACTIVE_ON = frozenset({"1", "true", "yes", "on"})
 ACTIVE_OFF = frozenset({"", "0", "false", "no", "off"})
 ACTIVE_TIMEOUT_S = 120
+ENGINE_METRICS_TIMEOUT_S = 5
+
+
+def engine_metrics_timeout(flag: object, timeout: object) -> int | None:
+    """`--data gpunode_audit_engine_metrics=1 [gpunode_audit_engine_metrics_timeout=S]` ->
+    seconds per engine's /metrics read, None when off (the default); ValueError otherwise."""
+    text = "" if flag is None else str(flag).strip().lower()
+    if text in ACTIVE_OFF:
+        return None
+    if text not in ACTIVE_ON:
+        raise ValueError(f"gpunode_audit_engine_metrics={flag!r}: use 1 (on) or 0 (off)")
+    if timeout is None or str(timeout).strip() == "":
+        return ENGINE_METRICS_TIMEOUT_S
+    value = str(timeout).strip()
+    if not re.match(r"^[0-9]{1,2}$", value) or not 1 <= int(value) <= 60:
+        raise ValueError(f"gpunode_audit_engine_metrics_timeout={timeout!r}: give seconds, "
+                         "1..60")
+    return int(value)
 
 
 def active_timeout(active: object, timeout: object) -> int | None:

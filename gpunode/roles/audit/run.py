@@ -27,9 +27,10 @@ from gpunode.profile.check import Check, open_count
 from gpunode.profile.node import NodeProfile
 from gpunode.pyinfra_adapter import fail_run_for, in_execute_stage, run_store
 from gpunode.roles.audit.checks import audit_checks, tuning_checks
+from gpunode.roles.audit.engines_report import engine_rows, engine_series
 from gpunode.roles.audit.metrics import write_node_metrics
-from gpunode.roles.audit.report import counts, render_table, write_reports
-from gpunode.roles.audit.snapshot import gather_snapshot
+from gpunode.roles.audit.report import EngineRows, counts, render_table, write_reports
+from gpunode.roles.audit.snapshot import gather_snapshot, read_engine_metrics
 
 REPORTS_ATTRIBUTE = "gpunode_audit_reports"
 METRICS_FILE_DATA = "gpunode_metrics_file"
@@ -55,18 +56,20 @@ def failure_message(host_name: str, checks: list[Check]) -> str:
 
 
 def report_node(
-    host_name: str, checks: list[Check], formats: Iterable[str], report_dir: str
+    host_name: str, checks: list[Check], formats: Iterable[str], report_dir: str,
+    engines: EngineRows = None,
 ) -> None:
     """Print the report and write the local files."""
-    text = render_table(host_name, checks)
+    text = render_table(host_name, checks, engines)
     (logger.warning if open_count(checks) else logger.info)("\n" + text)
-    for path in write_reports(host_name, checks, formats, report_dir):
+    for path in write_reports(host_name, checks, formats, report_dir, engines):
         logger.info(f"{host_name}: report written to {path}")
 
 
 @operation(is_idempotent=True)
 def audit_node(profile: NodeProfile, formats: tuple[str, ...] = (), report_dir: str = "reports",
-               active_timeout_s: int | None = None):
+               active_timeout_s: int | None = None,
+               engine_metrics_timeout_s: int | None = None):
     """
     Read the live node and report it against the profile (changes nothing on the node).
 
@@ -74,6 +77,7 @@ def audit_node(profile: NodeProfile, formats: tuple[str, ...] = (), report_dir: 
     + formats: report files to write locally: ("json",), ("md",), both or none
     + report_dir: local folder for <host>.json / <host>.md
     + active_timeout_s: active mode: run the bandwidth tests present, each bounded by it
+    + engine_metrics_timeout_s: read the engines' own /metrics, each bounded by it (opt-in)
     """
     reports = _reports()
     checks = reports.get(host.name)
@@ -81,9 +85,13 @@ def audit_node(profile: NodeProfile, formats: tuple[str, ...] = (), report_dir: 
         snap = gather_snapshot(profile, active_timeout_s)
         checks = audit_checks(profile, snap)
         reports[host.name] = checks
-        report_node(host.name, checks, formats, report_dir)
+        numbers = (read_engine_metrics(snap, engine_metrics_timeout_s)
+                   if engine_metrics_timeout_s else None)
+        engines = engine_rows(snap, checks, numbers)
+        report_node(host.name, checks, formats, report_dir, engines)
         written = write_node_metrics(host.name, host.data.get(METRICS_FILE_DATA),
-                                     tuning_checks(profile, snap), checks, time.time())
+                                     tuning_checks(profile, snap), checks, time.time(),
+                                     engine_series(engines))
         if written:
             logger.info(f"{host.name}: metrics written to {written}")
     if in_execute_stage() and open_count(checks) and host.name not in _verdicts():

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pyinfra import host
 
 from gpunode.facts.bandwidth import BandwidthResults, BandwidthTests
+from gpunode.facts.engine_metrics import EngineMetrics, EngineNumbers, metrics_url
 from gpunode.facts.sections import as_model
 from gpunode.facts.snapshot import Needs, Snapshot, read_node
 from gpunode.profile.node import NodeProfile
@@ -38,3 +39,20 @@ def gather_snapshot(profile: NodeProfile, active_timeout_s: int | None = None) -
         return snap
     measured = host.get_fact(BandwidthTests, timeout_s=int(active_timeout_s))
     return snap.model_copy(update={"bandwidth": as_model(BandwidthResults, measured)})
+
+
+def read_engine_metrics(snap: Snapshot, timeout_s: int) -> dict[int, EngineNumbers]:
+    """The engines' own /metrics (opt-in: host data gpunode_audit_engine_metrics=1), each
+    read on the node at the address the engine listens on, bounded by timeout_s; {pid:
+    numbers}, an engine whose metrics can't be reached from the host says why."""
+    targets, numbers = [], {}
+    for p in snap.engines.processes if snap.engines else []:
+        url, why = metrics_url(p)
+        if url is None:
+            numbers[p.pid] = EngineNumbers(url="", error=why)
+        else:
+            targets.append((p.pid, p.engine, url))
+    if targets:
+        read = host.get_fact(EngineMetrics, targets=targets, timeout_s=int(timeout_s))
+        numbers.update(read if isinstance(read, dict) else {})
+    return numbers

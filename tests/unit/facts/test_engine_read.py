@@ -1,0 +1,164 @@
+"""The engine read's own shell command, run here against real stand-in processes (a Python
+module at the engine's import path that sleeps, started with a real argument vector and
+environment), and its parser on the records it can't make here (an environ /proc hides, a
+process gone mid-read)."""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpunode.facts.engine_read import (
+    ARG_BYTES,
+    RECORD,
+    container_of,
+    engine_read_command,
+    parse_engine_read,
+)
+
+SLEEP = "import os, sys, time\nif '--fork' in sys.argv: os.fork()\ntime.sleep(60)\n"
+
+
+@pytest.fixture
+def stand_ins(tmp_path):
+    """Engine modules at their import paths, a venv-like prefix with torch/version.py."""
+    for module in ("vllm/entrypoints/openai/api_server", "sglang/launch_server"):
+        path = tmp_path / "site" / f"{module}.py"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(SLEEP)
+        for parent in path.relative_to(tmp_path / "site").parents:
+            if str(parent) != ".":
+                (tmp_path / "site" / parent / "__init__.py").touch()
+    version = tmp_path / "venv/lib/python3.11/site-packages/torch/version.py"
+    version.parent.mkdir(parents=True)
+    version.write_text("from typing import Optional\n__version__ = '2.7.0+cu128'\n"
+                       "cuda: Optional[str] = '12.8'\ngit_version = 'abc'\n")
+    (tmp_path / "venv/bin").mkdir()
+    started: list[subprocess.Popen] = []
+
+    def start(*args: str, env: dict[str, str] | None = None, argv0: str = sys.executable,
+              cwd: Path = tmp_path) -> subprocess.Popen:
+        proc = subprocess.Popen([argv0, *args], executable=sys.executable, cwd=cwd,
+                                env={"PYTHONPATH": str(tmp_path / "site"), **(env or {})})
+        started.append(proc)
+        return proc
+
+    yield tmp_path, start
+    for proc in started:
+        proc.kill()
+        proc.wait()
+
+
+def read(pids: set[int]):
+    out = subprocess.run(["sh", "-c", engine_read_command()], capture_output=True, text=True,
+                         timeout=60, check=True)
+    state = parse_engine_read(out.stdout.splitlines())
+    return {p.pid: p for p in state.processes if p.pid in pids}, state
+
+
+def wait_started(*procs: subprocess.Popen) -> None:
+    time.sleep(0.5)
+    for proc in procs:
+        assert proc.poll() is None
+
+
+def test_finds_stand_ins_with_argv_env_config_and_torch(stand_ins):
+    root, start = stand_ins
+    (root / "engine.yaml").write_text("tensor-parallel-size: 4\nenforce-eager: true\n")
+    vllm = start("-m", "vllm.entrypoints.openai.api_server", "--model", "m", "--config",
+                 "engine.yaml", "--disable-custom-all-reduce",
+                 argv0=str(root / "venv/bin/python"),
+                 env={"NCCL_P2P_DISABLE": "1", "CUDA_VISIBLE_DEVICES": "1,0"})
+    sglang = start("-m", "sglang.launch_server", "--model-path", "m", "--tp", "2",
+                   "--disable-cuda-graph", "--fork")
+    decoy = start("-c", "import time; time.sleep(60)", "vllm")  # an argument 'vllm' only
+    wait_started(vllm, sglang, decoy)
+    found, _ = read({vllm.pid, sglang.pid, decoy.pid})
+    assert set(found) == {vllm.pid, sglang.pid}
+
+    v = found[vllm.pid]
+    assert v.engine == "vllm" and v.where == "host"
+    assert v.argv[1:4] == ["-m", "vllm.entrypoints.openai.api_server", "--model"]
+    assert v.env is not None and v.env["NCCL_P2P_DISABLE"] == "1"
+    assert (v.settings.tensor_parallel, v.settings.eager, v.settings.custom_all_reduce) == (
+        4, True, False)
+    assert (v.torch_version, v.torch_cuda) == ("2.7.0+cu128", "12.8")
+    assert v.cpus_allowed and v.mems_allowed and v.memlock_soft
+    assert v.shm_kib and v.shm_kib > 0
+
+    s = found[sglang.pid]
+    assert (s.engine, s.settings.tensor_parallel, s.settings.eager) == ("sglang", 2, True)
+    assert s.workers == 1  # its forked child, same command line, folded in
+
+
+def test_huge_command_line_and_malformed_config_are_report_lines(stand_ins):
+    root, start = stand_ins
+    (root / "bad.yaml").write_text("tensor-parallel-size: [4\n")
+    proc = start("-m", "vllm.entrypoints.openai.api_server", "--config", "bad.yaml",
+                 "--model", "x" * (ARG_BYTES + 10))
+    wait_started(proc)
+    found, _ = read({proc.pid})
+    notes = found[proc.pid].notes
+    assert any("longer than 65536 bytes" in n for n in notes), notes
+    assert any(n.startswith("--config bad.yaml: not valid YAML") for n in notes), notes
+
+
+def test_relative_config_outside_the_root_is_refused(stand_ins):
+    root, start = stand_ins
+    proc = start("-m", "vllm.entrypoints.openai.api_server", "--config", "../../etc/shadow")
+    wait_started(proc)
+    found, _ = read({proc.pid})
+    assert "--config path has '..': not read" in found[proc.pid].notes
+
+
+def test_no_engine_running_reads_nothing():
+    out = subprocess.run(["sh", "-c", engine_read_command()], capture_output=True, text=True,
+                         timeout=60, check=True)
+    mine = {os.getpid()}
+    assert not [p for p in parse_engine_read(out.stdout.splitlines()).processes
+                if p.pid in mine]
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def test_hidden_environ_and_a_process_gone_mid_read():
+    argv = b"vllm\0serve\0m\0--enforce-eager\0"
+    lines = [f"{RECORD}101", f"cmdline {b64(argv)}", "environ-unreadable",
+             "status PPid:\t1", "limits Max locked memory 65536 65536 bytes",
+             "cgroup 0::/lxc/110/ns/system.slice/docker-"
+             "3f1c2b9a8d7e6f5a4b3c2d1e0f9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a.scope",
+             "shm Filesystem 1024-blocks Used Available Capacity Mounted",
+             "compat /usr/local/cuda-12.1/compat/libcuda.so.530.30.02",
+             f"{RECORD}102", "cmdline ", "environ-unreadable"]
+    state = parse_engine_read(lines)
+    [p] = state.processes
+    assert p.env is None and any("environment not readable" in n for n in p.notes)
+    assert (p.vmid, p.docker, p.where) == (110, "3f1c2b9a8d7e", "CT 110, docker 3f1c2b9a8d7e")
+    assert p.memlock_soft == "65536" and p.shm_kib is None and p.settings.eager
+    assert p.cuda_compat == ["/usr/local/cuda-12.1/compat/libcuda.so.530.30.02"]
+    assert state.notes == ["pid 102 exited while it was read"]
+
+
+@pytest.mark.parametrize("cgroup, want", [
+    ("0::/lxc/110/ns/init.scope", (110, None, None)),
+    ("0::/lxc/110/ns/system.slice/docker-"
+     "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef.scope",
+     (110, None, "0123456789ab")),
+    ("0::/lxc.payload.gpunode-lab/init.scope", (None, "gpunode-lab", None)),
+    ("0::/system.slice/docker-"
+     "fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210.scope",
+     (None, None, "fedcba987654")),
+    ("12:memory:/docker/fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210\n"
+     "0::/", (None, None, "fedcba987654")),
+    ("0::/user.slice/user-0.slice/session-3.scope", (None, None, None)),
+])
+def test_container_of_cgroup(cgroup, want):
+    assert container_of(cgroup) == want
