@@ -8,7 +8,7 @@ from (the SSH session's sshd, or pyinfra itself with @local). It writes
 /run/gpunode/lock.owner (run id, controller host, user, pid, time) and
 removes it on the way out. So the lock is held exactly while the run's connection is up: a
 finished, failed or killed run frees it within a second, a reboot clears /run, and nothing
-has to be released by hand. A second run finds the flock taken (after waiting up to 15 s for
+has to be released by hand. A second run finds the flock taken (after waiting up to 60 s for
 a run that just ended) and is refused before any change, told the owner line; the same run (a
 second deploy) finds its own run id and goes on. A reboot in the run ends its SSH session and
 so the lock; what the run does after it (reading back) takes none. GPUNODE_RUN_ID fixes the
@@ -32,7 +32,7 @@ LOCK_DIR = "/run/gpunode"
 LOCK_FILE = f"{LOCK_DIR}/lock"
 OWNER_FILE = f"{LOCK_FILE}.owner"
 #: Seconds a run waits for the lock of a run that just ended (its holder sees the session go).
-LOCK_WAIT_S = 15
+LOCK_WAIT_S = 60
 #: The shells and wrappers between a remote command and the process that stands for the run.
 _WRAPPERS = "sh|dash|bash|sudo|su|doas|env|timeout"
 
