@@ -10,7 +10,8 @@ for each (at most MAX_PROCESSES) it prints, line by line:
 - `status ...`: PPid, Uid, Cpus_allowed_list, Mems_allowed_list; `limits ...`: the
   "Max locked memory" line; `cgroup ...`: /proc/PID/cgroup (Proxmox `lxc/VMID`, LXC
   `lxc.payload.NAME`, Docker `docker-ID.scope` or `docker/ID`);
-- `shm ...`: `df -Pk` of /proc/PID/root/dev/shm (the process's own /dev/shm, its container's);
+- `shm BLOCKS BSIZE`: statfs of /proc/PID/root/dev/shm (the process's own /dev/shm, its
+  container's; `df` would report the host's mount at that path instead);
 - `config B64`: the vLLM `--config FILE` text through /proc/PID/root (or /proc/PID/cwd for a
   relative path), at most CONFIG_BYTES; `config-unreadable`, `config-refused` (a path with
   `..`);
@@ -221,8 +222,11 @@ def _int(text: str | None) -> int | None:
 
 
 def _shm_kib(line: str | None) -> int | None:
+    """`stat -f -c '%b %S'` (blocks, block size) -> KiB; None when it printed nothing."""
     fields = (line or "").split()
-    return int(fields[1]) if len(fields) >= 2 and fields[1].isdigit() else None
+    if len(fields) != 2 or not all(re.fullmatch(r"[0-9]+", f) for f in fields):
+        return None
+    return int(fields[0]) * int(fields[1]) // 1024
 
 
 def engine_process(record: _Record) -> EngineProcess | None:
@@ -308,7 +312,7 @@ def engine_read_command() -> str:
         f"grep -E {q(_STATUS_KEYS)} /proc/$p/status | sed 's/^/status /'; "
         "grep '^Max locked memory' /proc/$p/limits | sed 's/^/limits /'; "
         "sed 's/^/cgroup /' /proc/$p/cgroup; "
-        'echo "shm $(df -Pk /proc/$p/root/dev/shm | tail -n 1)"; '
+        'echo "shm $(stat -f -c \'%b %S\' /proc/$p/root/dev/shm 2>/dev/null)"; '
         f"c=$(tr '\\0' '\\n' </proc/$p/cmdline | sed -n {q(_CONFIG_ARG)}); f=; "
         'case "$c" in "") ;; *..*) echo config-refused ;; '
         '/*) f="/proc/$p/root$c" ;; *) f="/proc/$p/cwd/$c" ;; esac; '

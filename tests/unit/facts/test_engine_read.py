@@ -162,3 +162,24 @@ def test_hidden_environ_and_a_process_gone_mid_read():
 ])
 def test_container_of_cgroup(cgroup, want):
     assert container_of(cgroup) == want
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/unshare").exists(),
+                    reason="needs root and unshare (a mount namespace of its own)")
+def test_shm_is_the_processs_own_in_its_mount_namespace(stand_ins):
+    """An engine in a mount namespace of its own (as in a container) with a 16 MiB /dev/shm:
+    the read reports its /dev/shm, not the host's mount at that path (what `df` gave in the
+    lab's container)."""
+    root, _ = stand_ins
+    script = ("mount -t tmpfs -o size=16m tmpfs /dev/shm && exec python3 -m "
+              "vllm.entrypoints.openai.api_server --model m")
+    proc = subprocess.Popen(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
+                            env={**os.environ, "PYTHONPATH": str(root / "site")})
+    try:
+        time.sleep(1.0)
+        assert proc.poll() is None
+        found, _ = read({proc.pid})
+        assert found[proc.pid].shm_kib == 16 * 1024
+    finally:
+        proc.kill()
+        proc.wait()
