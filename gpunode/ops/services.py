@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import shlex
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
 
 from gpunode.facts.snapshot import SYSTEMD_RUNTIME, node
-from gpunode.ops.changes import report_change
+from gpunode.ops.changes import log_wrapped, report_change
 
 
 def systemd_booted() -> bool:
@@ -57,3 +57,13 @@ def unit_enabled_and_running(unit: str):
         yield StringCommand(f"systemctl enable {'--now ' if not active else ''}{quoted}")
     else:
         yield StringCommand(f"systemctl start {quoted}")
+
+
+def unit_enabled_at_boot(unit: str, why: str) -> None:
+    """Add the operation that enables and starts a unit gpunode wrote; on a host not booted
+    with systemd, say the unit is written and not enabled instead."""
+    if systemd_booted():
+        unit_enabled_and_running(name=f"Enable {unit} ({why})", unit=unit)
+    else:
+        log_wrapped(logger.warning,
+                    f"{host.name}: not booted with systemd; {unit} written, not enabled")

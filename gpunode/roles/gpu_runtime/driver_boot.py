@@ -16,7 +16,7 @@ from pyinfra import host, logger
 from gpunode.facts.snapshot import Needs, node
 from gpunode.ops.changes import log_wrapped
 from gpunode.ops.files import template_file
-from gpunode.ops.services import systemd_booted, unit_enabled_and_running
+from gpunode.ops.services import unit_enabled_at_boot
 from gpunode.profile.node import NodeProfile
 from gpunode.profile.nvidia_options import MODULE_OPTIONS, live_matches, module_param_key
 
@@ -58,12 +58,7 @@ def device_nodes_at_boot() -> None:
                   unit=NODES_UNIT.removesuffix(".service"))
     template_file("systemd/gpunode-nvidia-nodes.service.j2", NODES_UNIT_FILE,
                   after="systemctl daemon-reload", script=NODES_SCRIPT)
-    if systemd_booted():
-        unit_enabled_and_running(name=f"Enable {NODES_UNIT} (device nodes before containers)",
-                                 unit=NODES_UNIT)
-    else:
-        log_wrapped(logger.warning,
-                    f"{host.name}: not booted with systemd; {NODES_UNIT} written, not enabled")
+    unit_enabled_at_boot(NODES_UNIT, "device nodes before containers")
 
 
 def module_options(profile: NodeProfile) -> None:

@@ -21,7 +21,7 @@ from gpunode.ops.changes import log_wrapped
 from gpunode.ops.cpu import cstate_script_variables
 from gpunode.ops.files import template_file
 from gpunode.ops.preflight import uninstallable
-from gpunode.ops.services import systemd_booted, unit_enabled_and_running
+from gpunode.ops.services import unit_enabled_at_boot
 from gpunode.ops.sysctl import absent_sysctls
 from gpunode.profile.node import NodeProfile
 from gpunode.profile.sysctls import BEST_EFFORT_SYSCTLS, DEFAULT_SYSCTLS
@@ -140,12 +140,7 @@ def tune_devices_and_cpu(profile: NodeProfile) -> None:
     template_file("systemd/gpunode-tune.service.j2", BOOT_UNIT_FILE,
                   after="systemctl daemon-reload", script=BOOT_SCRIPT,
                   persistence=profile.gpu_persistence)
-    if systemd_booted():
-        unit_enabled_and_running(name=f"Enable {BOOT_UNIT} (re-applies at boot)",
-                                 unit=BOOT_UNIT)
-    else:
-        log_wrapped(logger.warning,
-                    f"{host.name}: not booted with systemd; {BOOT_UNIT} written, not enabled")
+    unit_enabled_at_boot(BOOT_UNIT, "re-applies at boot")
 
 
 def needs(profile: NodeProfile) -> Needs:
