@@ -12,7 +12,7 @@ from gpunode.roles.gpu_runtime.driver_boot import (
     module_options,
 )
 
-profile = profiles_of_run(state.inventory)[host.name]
+profile = profiles_of_run(state)[host.name]
 read_node(driver_boot_needs(profile) | Needs(nvidia=True))
 module_options(profile)
 device_nodes_at_boot()

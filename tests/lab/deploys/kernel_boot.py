@@ -7,6 +7,6 @@ from gpunode.profile.loader import profiles_of_run
 from gpunode.roles import kernel as kernel_role
 from gpunode.roles.kernel import kernel_boot
 
-profile = profiles_of_run(state.inventory)[host.name]
+profile = profiles_of_run(state)[host.name]
 read_node(kernel_role.needs(profile))
 kernel_boot(profile)
