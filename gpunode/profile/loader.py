@@ -22,6 +22,7 @@ PROFILE_FILE_KEY = "gpunode_profile_file"
 KNOWN_DATA_KEYS = frozenset({
     PROFILE_DATA_KEY, PROFILE_FILE_KEY, "gpunode_containers", "gpunode_container",
     "gpunode_metrics_file", "gpunode_audit_active", "gpunode_audit_active_timeout",
+    "gpunode_audit_engine_metrics", "gpunode_audit_engine_metrics_timeout",
 })
 
 

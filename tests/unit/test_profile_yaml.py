@@ -89,3 +89,21 @@ def test_validation_covers_only_hosts_in_limit():
     whole = State(inventory, Config())
     with ctx_state.use(whole), pytest.raises(ProfileError, match="gpu-02"):
         profiles_of_run(whole)
+
+
+def test_every_gpunode_data_key_the_code_reads_is_known():
+    """A `gpunode_*` host data key read anywhere in gpunode/ (host.data.get("gpunode_...") or
+    a *_DATA_KEY constant) is one the loader knows: a new option is never refused as a typo."""
+    import re
+    from pathlib import Path
+
+    from gpunode.profile.loader import KNOWN_DATA_KEYS
+
+    package = Path(__file__).resolve().parents[2] / "gpunode"
+    read = set()
+    for source in package.rglob("*.py"):
+        text = source.read_text()
+        read |= set(re.findall(r"data\.get\(\s*\"(gpunode_[a-z_]+)\"", text))
+        read |= set(re.findall(r"^[A-Z_]*DATA[A-Z_]* = \"(gpunode_[a-z_]+)\"", text, re.M))
+    assert {"gpunode_audit_engine_metrics", "gpunode_container"} <= read  # the search finds
+    assert read <= KNOWN_DATA_KEYS, sorted(read - KNOWN_DATA_KEYS)
