@@ -44,6 +44,8 @@ from gpunode.profile.metrics import GPU_HEALTH_GAUGES, METRIC_HELP
 from gpunode.profile.node import NodeProfile
 
 Check = tuple[str, str, str, str]
+"""verify_timer.Check (check function, name, wanted value, where), named here too: the role's
+__init__ imports this module."""
 
 SMI_TIMEOUT_S = 60
 """How long the timer waits for `nvidia-smi -q -x`: it can hang for minutes on a GPU that fell
