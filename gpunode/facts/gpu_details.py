@@ -12,6 +12,18 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gpunode.facts.pcie import normalize_bdf
 
+SMI_YES = "yes"
+"""nvidia-smi's "Yes" of a pending flag (compared lower-cased)."""
+REMAP_PENDING_PATH = "remapped_rows/remapped_row_pending"
+RETIRE_PENDING_PATHS = ("retired_pages/pending_retirement", "retired_pages/pending_blacklist")
+REPAIR_PENDING_PATHS = (REMAP_PENDING_PATH, *RETIRE_PENDING_PATHS)
+"""Below `<gpu>`: a row remap (Ampere and newer) or a page retirement (older) that waits for a
+GPU reset or reboot; the audit and the verify timer read these."""
+CLOCK_REASON_ACTIVE = "Active"
+IDLE_REASON_PATHS = ("clocks_event_reasons/clocks_event_reason_gpu_idle",
+                     "clocks_throttle_reasons/clocks_throttle_reason_gpu_idle")
+"""The gpu_idle clock event reason (`clocks_throttle_*` before driver 535): Active = idle."""
+
 
 class RemappedRows(BaseModel):
     """`<remapped_rows>`: rows remapped for correctable/uncorrectable errors, and whether a
@@ -162,7 +174,7 @@ def _plain_text(node: ET.Element, path: str) -> str | None:
 
 
 def _yes(node: ET.Element, *paths: str) -> bool:
-    return any((_plain_text(node, path) or "").lower() == "yes" for path in paths)
+    return any((_plain_text(node, path) or "").lower() == SMI_YES for path in paths)
 
 
 def _remapped_rows(gpu: ET.Element) -> RemappedRows | None:
@@ -171,7 +183,7 @@ def _remapped_rows(gpu: ET.Element) -> RemappedRows | None:
         return None
     return RemappedRows(correctable=_int_text(node, "remapped_row_corr"),
                         uncorrectable=_int_text(node, "remapped_row_unc"),
-                        pending=_yes(node, "remapped_row_pending"),
+                        pending=_yes(gpu, REMAP_PENDING_PATH),
                         failure=_yes(node, "remapped_row_failure"))
 
 
@@ -181,7 +193,7 @@ def _retired_pages(gpu: ET.Element) -> RetiredPages | None:
         return None
     single = _int_text(node, "multiple_single_bit_retirement/retired_count")
     double = _int_text(node, "double_bit_retirement/retired_count")
-    pending = _yes(node, "pending_retirement", "pending_blacklist")
+    pending = _yes(gpu, *RETIRE_PENDING_PATHS)
     if single is None and double is None and not pending:
         return None  # every field N/A: the GPU does not retire pages
     return RetiredPages(single_bit=single, double_bit=double, pending=pending)
@@ -208,7 +220,7 @@ def parse_gpu_details(text: str) -> dict[str, GpuDetails]:
             reasons_node = gpu.find("clocks_throttle_reasons")
         active = []
         for child in list(reasons_node) if reasons_node is not None else []:
-            if " ".join((child.text or "").split()) == "Active":
+            if " ".join((child.text or "").split()) == CLOCK_REASON_ACTIVE:
                 active.append(re.sub(r"^clocks_(?:event|throttle)_reason_", "", child.tag))
         bdf = normalize_bdf(bus_id)
         details[bdf] = GpuDetails(

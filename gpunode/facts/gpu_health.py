@@ -20,8 +20,12 @@ from pyinfra.api import FactBase
 
 from gpunode.facts.pcie import PcieDevice, normalize_bdf
 from gpunode.facts.sections import FactModel
+from gpunode.profile.check import Status
 
 XID_LINES_KEPT = 200
+NVIDIA_VENDOR = "10de"
+GPU_CLASS = "03"
+"""An NVIDIA GPU: vendor 10de, base class 03 (display: VGA, 3D, other)."""
 
 #: Xid -> (meaning, severity). Severity: "critical" (drain the GPU, reset or reboot; hardware
 #: suspect), "error" (a fault of one application or context, look if it repeats), "info".
@@ -45,9 +49,28 @@ XID_MEANINGS: dict[int, tuple[str, str]] = {
     120: ("GSP error", "critical"),
 }
 
-_XID_RE = re.compile(
-    r"NVRM: Xid \((?:PCI:)?(?P<addr>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)"
-    r"\):\s*(?P<xid>\d+),\s*(?P<detail>.*)$")
+#: Xid severity -> the check's status: critical is fixed now, an error looked at if it repeats,
+#: info (follow-up events) is no finding; an Xid not in XID_MEANINGS counts as an error.
+XID_STATUS: dict[str, Status] = {"critical": "P0", "error": "P2", "info": "ok"}
+
+REPAIR_PENDING_STATUS: Status = "P0"
+"""A row remap or page retirement that waits for a GPU reset: drain the GPU and reset it."""
+LINK_NARROW_STATUS: Status = "P1"
+"""A GPU link narrower than both ends support: physical (reseat, riser, bifurcation), trained
+at boot."""
+LINK_SLOW_STATUS: Status = "P2"
+"""A busy GPU's link slower than both ends support (idle GPUs train their speed down)."""
+
+XID_MARKER = "NVRM: Xid"
+"""What every NVIDIA Xid line holds (fixed text): the first filter of the audit and the timer."""
+XID_ERE = (XID_MARKER + r" \((PCI:)?([0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}"
+           r"(\.[0-7])?)\): *([0-9]+),")
+"""An Xid line's GPU address (group 2) and Xid (group 4): a POSIX extended regular expression
+that Python's re reads the same way, so the verify timer's sed (XID_SED) and parse_xid_lines
+take the same lines and numbers."""
+XID_SED = rf"s/.*{XID_ERE}.*/\2 \4/p"
+"""`sed -n -E XID_SED`: "ADDRESS XID" for each Xid line (the verify timer)."""
+_XID_RE = re.compile(XID_ERE + r"\s*(.*)$")
 _TOTAL_RE = re.compile(r"^total=(\d+)$")
 
 
@@ -99,8 +122,8 @@ def parse_xid_lines(text: str) -> XidLog:
             continue
         match = _XID_RE.search(line)
         if match:
-            events.append(XidEvent(bdf=_xid_bdf(match.group("addr")), xid=int(match.group("xid")),
-                                   detail=match.group("detail").strip()))
+            events.append(XidEvent(bdf=_xid_bdf(match.group(2)), xid=int(match.group(4)),
+                                   detail=match.group(5).strip()))
     return XidLog(source=source, events=events, total=len(events) if total is None else total)
 
 
@@ -112,7 +135,7 @@ class KernelXids(FactBase):
         return XidLog()
 
     def command(self) -> str:
-        keep = (f"awk '/NVRM: Xid/ {{ n++; if (n <= {XID_LINES_KEPT}) print }} "
+        keep = (f"awk '/{XID_MARKER}/ {{ n++; if (n <= {XID_LINES_KEPT}) print }} "
                 "END { print \"total=\" n+0 }'")
         return ("if journalctl -k -b -q --no-pager -n 1 2>/dev/null | grep -q .; then "
                 f"echo source=journal; journalctl -k -b -q --no-pager -o short-monotonic | {keep}; "
@@ -150,7 +173,7 @@ class SysfsPciDevice(FactModel):
 
     @property
     def is_nvidia_gpu(self) -> bool:
-        return self.vendor_id == "10de" and self.class_id.startswith("03")
+        return self.vendor_id == NVIDIA_VENDOR and self.class_id.startswith(GPU_CLASS)
 
     def aer_total(self, file: str) -> int:
         counters = self.aer.get(file, {})

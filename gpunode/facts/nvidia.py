@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import xml.etree.ElementTree as ET
+from fnmatch import fnmatchcase
 
 from pydantic import Field
 from pyinfra.api import FactBase
@@ -83,7 +84,17 @@ class NvidiaSmiReport(FactModel):
 
 # --- nvidia-smi -q -x ----------------------------------------------------------------------
 
-_MISSING = {"", "n/a", "[n/a]", "not found", "unknown", "unknown error", "none", "not supported"}
+SMI_MISSING = ("n/a", "[[]*", "not found", "unknown", "unknown error", "none", "not supported",
+               "error*")
+"""nvidia-smi's words for "no value" ("N/A", "[N/A]", "[Not Supported]", "Unknown Error"...), as
+globs over the lower-cased text: this parser and the verify timer's script read with them."""
+PERSISTENCE_PATH = "persistence_mode"
+PERSISTENCE_ENABLED = "Enabled"
+POWER_LIMIT_PATHS = tuple(
+    f"{group}/{name}" for group in ("gpu_power_readings", "power_readings")
+    for name in ("current_power_limit", "enforced_power_limit", "power_limit"))
+"""Where a GPU's power limit in force is, first found first: `<gpu_power_readings>` (535 and
+later; not `<module_power_readings>`), then `<power_readings>` (older drivers)."""
 _NUMBER_RE = re.compile(r"[-+]?\d+(?:\.\d+)?")
 
 
@@ -94,9 +105,12 @@ def _text(node: ET.Element | None, path: str) -> str | None:
     if found is None or found.text is None:
         return None
     value = " ".join(found.text.split())
-    if value.lower() in _MISSING or value.startswith("[") or value.lower().startswith("error"):
-        return None
-    return value
+    return None if smi_missing(value) else value
+
+
+def smi_missing(value: str) -> bool:
+    """An element's text says there is no value (empty, or one of SMI_MISSING)."""
+    return not value or any(fnmatchcase(value.lower(), word) for word in SMI_MISSING)
 
 
 def _number(value: str | None) -> float | None:
@@ -153,11 +167,7 @@ def _parse_gpu(index: int, gpu: ET.Element) -> NvidiaGpu:
         uuid=_text(gpu, "uuid") or "",
         minor_number=_int(_text(gpu, "minor_number")),
         temperature_c=_int(_text(gpu, "temperature/gpu_temp")),
-        power_limit_w=(
-            _number(_first(power, "current_power_limit", "enforced_power_limit", "power_limit"))
-            if power is not None
-            else None
-        ),
+        power_limit_w=_number(_first(gpu, *POWER_LIMIT_PATHS)),
         power_default_limit_w=_number(_text(power, "default_power_limit")),
         power_min_limit_w=_number(_text(power, "min_power_limit")),
         power_max_limit_w=_number(_text(power, "max_power_limit")),
@@ -170,7 +180,7 @@ def _parse_gpu(index: int, gpu: ET.Element) -> NvidiaGpu:
         pcie_gen_max=_int(_text(gpu, "pci/pci_gpu_link_info/pcie_gen/max_link_gen")),
         pcie_width_current=_int(_text(gpu, "pci/pci_gpu_link_info/link_widths/current_link_width")),
         pcie_width_max=_int(_text(gpu, "pci/pci_gpu_link_info/link_widths/max_link_width")),
-        persistence_mode=_text(gpu, "persistence_mode"),
+        persistence_mode=_text(gpu, PERSISTENCE_PATH),
         mig_mode=_text(gpu, "mig_mode/current_mig"),
     )
 

@@ -80,6 +80,9 @@ class PcieDevice(FactModel):
     """lspci printed "Capabilities: <access denied>" (not root): capability fields unknown."""
 
 
+SPEED_GEN = {"2.5GT/s": 1, "5GT/s": 2, "8GT/s": 3, "16GT/s": 4, "32GT/s": 5, "64GT/s": 6}
+"""A link speed as lspci prints it -> its PCIe generation."""
+
 # --- parsing ---------------------------------------------------------------------------
 
 _HEADER_RE = re.compile(

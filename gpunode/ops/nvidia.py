@@ -14,7 +14,7 @@ from pyinfra import host
 from pyinfra.api import StringCommand, operation
 from pyinfra.api.exceptions import OperationValueError
 
-from gpunode.facts.nvidia import NvidiaGpu, NvidiaSmiReport
+from gpunode.facts.nvidia import PERSISTENCE_ENABLED, NvidiaGpu, NvidiaSmiReport
 from gpunode.facts.snapshot import node
 from gpunode.ops.changes import report_change
 from gpunode.ops.shell import script_text
@@ -90,12 +90,12 @@ def persistence_mode():
     if not report.present:
         host.noop("persistence mode: not applicable (no NVIDIA driver / nvidia-smi)")
         return
-    off = [g for g in report.gpus if g.persistence_mode not in (None, "Enabled")]
+    off = [g for g in report.gpus if g.persistence_mode not in (None, PERSISTENCE_ENABLED)]
     if not off:
         host.noop(f"persistence mode Enabled on {len(report.gpus)} GPU(s)")
         return
     for gpu in off:
-        report_change(f"GPU{gpu.index} persistence mode", gpu.persistence_mode, "Enabled",
+        report_change(f"GPU{gpu.index} persistence mode", gpu.persistence_mode, PERSISTENCE_ENABLED,
                       where="runtime; the boot unit sets it again after nvidia-persistenced")
     yield StringCommand(PERSISTENCE_COMMAND)
 

@@ -156,14 +156,16 @@ ACS_REDIRECT_BITS = ("SrcValid", "ReqRedir", "CmpltRedir", "UpstreamFwd", "Egres
 ACS_REDIRECT_MASK = sum(ACS_BITS[name] for name in ACS_REDIRECT_BITS)
 ACS_P2P_BITS = ("ReqRedir", "CmpltRedir", "EgressCtrl")
 """The bits that divert or block peer traffic (what the audit reports)."""
-ACS_SETPCI_ARGUMENT = f"ECAP_ACS+0x6.w=0000:{ACS_REDIRECT_MASK:04x}"
+ACS_CONTROL = "ECAP_ACS+0x6.w"
+"""ACS Control, the word setpci reads (the ACS capability's register at offset 6)."""
+ACS_SETPCI_ARGUMENT = f"{ACS_CONTROL}=0000:{ACS_REDIRECT_MASK:04x}"
 
 
 def acs_script_variables() -> dict:
-    """What a shell script needs to clear the redirect bits: their names, mask and setpci's
-    masked write (acs-write.sh.j2 and the boot script)."""
+    """What a shell script needs to read and clear the redirect bits: their names, mask, the
+    register and setpci's masked write (acs-write.sh.j2, the boot and the verify script)."""
     return {"acs_bits": list(ACS_REDIRECT_BITS), "acs_mask": f"0x{ACS_REDIRECT_MASK:04x}",
-            "acs_setpci_argument": ACS_SETPCI_ARGUMENT}
+            "acs_control": ACS_CONTROL, "acs_setpci_argument": ACS_SETPCI_ARGUMENT}
 
 
 def acs_redirecting(device: PcieDevice, bits: tuple[str, ...] = ACS_REDIRECT_BITS) -> list[str]:

@@ -299,8 +299,10 @@ class NodeProfile(ProfileModel):
         False,
         description="Install gpunode-verify.timer: every verify_interval the node re-reads "
         "its settings (sysctls, modules, MaxReadReq, C-states, governor, cmdline, memlock, "
-        "kernel pin) with a read-only shell script and writes Prometheus textfile-collector "
-        "metrics to metrics_dir/gpunode.prom, so drift between deploys shows in monitoring.",
+        "kernel pin, GPU persistence mode, power limits, ACS) and the GPUs' health (Xid "
+        "events, pending row remaps, PCIe links) with a read-only shell script and writes "
+        "Prometheus textfile-collector metrics to metrics_dir/gpunode.prom, so drift between "
+        "deploys shows in monitoring.",
         json_schema_extra=setting_doc(
             why="drift unseen between deploys",
             persistence="`gpunode-verify.timer` every `verify_interval`",

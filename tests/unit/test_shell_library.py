@@ -1,22 +1,49 @@
 """gpunode's shell library (templates/shell/gpunode-lib.sh.j2), run for real in sh and dash
-against a copy of sysfs: it selects exactly the PCI functions Python's `matches()` selects and
-gives each cpuidle state the depth `IdleState.depth` gives, so the boot script, the verify
-script and the deploy cannot disagree; and the templates hold no rule of their own."""
+against a copy of sysfs: it selects exactly the PCI functions Python's `matches()` selects,
+gives each cpuidle state the depth `IdleState.depth` gives, finds the bridges above a device
+as `bridges_above`, and reads nvidia-smi's report, GPU addresses, link speeds and Xid lines as
+the audit's parsers read the same captures, so the boot script, the verify script and the
+deploy cannot disagree; and the templates hold no rule of their own."""
 
 from __future__ import annotations
 
 import re
+import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from gpunode.facts.cpu import IdleState
-from gpunode.facts.pcie import PcieDevice, id_patterns, matches
+from gpunode.facts.gpu_details import (
+    CLOCK_REASON_ACTIVE,
+    IDLE_REASON_PATHS,
+    REPAIR_PENDING_PATHS,
+    SMI_YES,
+    parse_gpu_details,
+)
+from gpunode.facts.gpu_health import XID_MARKER, XID_SED, _xid_bdf, parse_xid_lines, sysfs_speed
+from gpunode.facts.nvidia import PERSISTENCE_PATH, parse_nvidia_smi_xml
+from gpunode.facts.pcie import (
+    SPEED_GEN,
+    PcieDevice,
+    id_patterns,
+    matches,
+    parse_lspci_vvv,
+    parse_pci_paths,
+)
 from gpunode.ops.cpu import cstate_script_variables
 from gpunode.ops.files import render_template
-from gpunode.ops.pcie import mrrs_script_variables, pcie_script_variables
-from gpunode.profile.node import MAX_READ_REQUEST_SIZES, PcieSelector
+from gpunode.ops.pcie import (
+    acs_script_variables,
+    bridges_above,
+    mrrs_script_variables,
+    pcie_script_variables,
+)
+from gpunode.profile.node import MAX_READ_REQUEST_SIZES, NodeProfile, PcieSelector
+from gpunode.roles.host_tuning import boot_script_variables
+from gpunode.roles.verify_timer.gpu import gpu_script_variables
+from tests.unit.verify_node import DATA, pci_function, read, tool_path
 
 TEMPLATES = Path(__file__).parents[2] / "gpunode" / "templates"
 SHELLS = ["sh", "dash"]
@@ -129,3 +156,141 @@ def test_no_template_writes_a_rule_of_its_own(name):
     text = (TEMPLATES / name).read_text()
     for rule in RULE_TEXT:
         assert not rule.search(text), f"{name}: {rule.pattern}"
+
+
+# --- the GPU part: nvidia-smi's report, addresses, link speeds, Xid lines, ACS bridges ---------
+
+GPU_VARIABLES = gpu_script_variables()
+SMI_CAPTURES = sorted(p.relative_to(DATA).as_posix() for p in (DATA / "nvidia").glob("*.xml"))
+
+
+def smi_lines(shell: str, relative: str, root: Path) -> list[list[str]]:
+    script = library(**GPU_VARIABLES) + f"smi_read <{shlex.quote(str(DATA / relative))}\n"
+    return [line.split(" ", 3) for line in run(shell, script, root).splitlines()]
+
+
+def first_value(lines: list[list[str]], index: int, paths: list[str]) -> str | None:
+    """The first of paths the shell read a value for on GPU index (smi_value's rule)."""
+    values = {line[2]: line[3] for line in lines if int(line[0]) == index and len(line) == 4}
+    return next((values[p] for p in paths if p in values), None)
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("relative",
+                         [*SMI_CAPTURES, "nvidia/nvidia_smi_error_version_mismatch.txt"])
+def test_the_shell_reads_nvidia_smi_as_python_does(tmp_path, shell, relative):
+    """Each GPU's address, persistence mode, power limit in force, pending memory repair and
+    idleness, as the audit's parsers read the same capture."""
+    lines = smi_lines(shell, relative, tmp_path)
+    report = parse_nvidia_smi_xml(read(relative))
+    details = parse_gpu_details(read(relative))
+    assert [(int(i), b) for i, b, what, *_ in lines if what == "gpu"] == [
+        (g.index, g.pci_bdf) for g in report.gpus]
+    for gpu in report.gpus:
+        assert first_value(lines, gpu.index, [PERSISTENCE_PATH]) == gpu.persistence_mode
+        power = first_value(lines, gpu.index, GPU_VARIABLES["smi_power_limit"])
+        assert (float(power.split()[0]) if power else None) == gpu.power_limit_w
+        detail = details[gpu.pci_bdf]
+        repair = detail.remapped_rows or detail.retired_pages
+        pending = [first_value(lines, gpu.index, [p]) for p in REPAIR_PENDING_PATHS]
+        assert any(v is not None for v in pending) == (repair is not None)
+        assert any((v or "").lower() == SMI_YES for v in pending) == bool(repair and repair.pending)
+        idle = first_value(lines, gpu.index, list(IDLE_REASON_PATHS)) == CLOCK_REASON_ACTIVE
+        assert idle == ("gpu_idle" in detail.active_clock_reasons)
+
+
+ADDRESSES = ["00000000:01:00.0", "0000:3B:00.0", "000F:01:00.0", "0000:cb:00", "PCI:x",
+             "00000001:41:00.1", "41:00.0"]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_the_shell_names_a_gpu_as_python_does(tmp_path, shell):
+    """nvidia-smi's ids and the Xid lines' addresses (no function) become one BDF."""
+    script = library(**GPU_VARIABLES) + "".join(f"bdf_norm {shlex.quote(a)}\n"
+                                                for a in ADDRESSES)
+    assert run(shell, script, tmp_path).split() == [_xid_bdf(a) for a in ADDRESSES]
+
+
+SPEEDS = ["2.5 GT/s PCIe", "5.0 GT/s PCIe", "8.0 GT/s PCIe", "16.0 GT/s PCIe", "32.0 GT/s PCIe",
+          "64.0 GT/s PCIe", "8 GT/s", "Unknown"]
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_the_shell_gives_each_link_speed_pythons_generation(tmp_path, shell):
+    script = library(**GPU_VARIABLES) + "".join(f'echo "[$(pcie_gen {shlex.quote(s)})]"\n'
+                                                for s in SPEEDS)
+    assert run(shell, script, tmp_path).split() == [
+        f"[{SPEED_GEN.get(sysfs_speed(s) or '', '')}]" for s in SPEEDS]
+
+
+KERNEL_LOGS = sorted(p.relative_to(DATA).as_posix() for p in (DATA / "kernel").glob("*.txt"))
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+@pytest.mark.parametrize("relative", KERNEL_LOGS)
+def test_the_shell_takes_the_xid_lines_python_takes(tmp_path, shell, relative):
+    """XID_MARKER and XID_SED (grep -F, sed -E) against parse_xid_lines: the same GPUs and
+    Xids; r8169's "unknown chip XID" line is none."""
+    script = (f"grep -F -e {shlex.quote(XID_MARKER)} {shlex.quote(str(DATA / relative))} "
+              f"| sed -n -E {shlex.quote(XID_SED)}\n")
+    pairs = [line.split() for line in run(shell, script, tmp_path).splitlines()]
+    events = parse_xid_lines(read(relative)).events
+    assert [(_xid_bdf(a), int(x)) for a, x in pairs] == [(e.bdf, e.xid) for e in events]
+    assert bool(events) == ("r8169" not in relative)
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_the_shell_finds_the_bridges_python_finds(tmp_path, shell):
+    """acs_bridges over the lab guest's sysfs tree (its readlink capture) and the lab selector
+    (the e1000e stand-ins): the root ports above them, as gpunode.ops.pcie.bridges_above."""
+    lspci = read("pcie/lspci_vvvnnD_lab_qemu_root_ports_acs_off.txt")
+    devices = parse_lspci_vvv(lspci)
+    readlinks = read("pcie/readlink_sys_bus_pci_devices_lab_qemu.txt")
+    by_bdf = {d.bdf: d for d in devices}
+    for path in readlinks.split():
+        device = by_bdf[path.rsplit("/", 1)[1]]
+        pci_function(tmp_path, path, (device.vendor_id, device.device_id, device.class_id + "00"))
+    selector = PcieSelector(vendor="8086", device="10d3", classes=["0200"])
+    script = (library(**pcie_script_variables(selector, 4096), **acs_script_variables())
+              + "pcie_matched | acs_bridges\n")
+    python_says = [b.bdf for b in bridges_above(devices, parse_pci_paths(readlinks), selector)]
+    assert run(shell, script, tmp_path).split() == python_says == ["0000:00:03.0", "0000:00:04.0"]
+
+
+SETPCI_ACS = """[ "$1" = -s ] || exit 2
+f="$STATE/$2"
+case "$3" in
+    ECAP_ACS+0x6.w) cat "$f" ;;
+    ECAP_ACS+0x6.w=*) a=${3#*=}; v=0x${a%:*}; m=0x${a#*:}; old=0x$(cat "$f")
+                      printf '%04x\\n' $(( (old & ~m) | (v & m) )) >"$f" ;;
+    *) exit 1 ;;
+esac"""
+
+
+def test_the_boot_script_clears_acs_on_the_bridges_the_timer_reads(tmp_path):
+    """The boot script's ACS part through the shared acs_bridges/acs_redirecting: the lab's two
+    root ports above the stand-ins, set as Linux sets them with an IOMMU, end with redirect off
+    (a setpci stand-in keeps each bridge's ACS Control word); the third port is never touched."""
+    root = tmp_path / "root"
+    lspci = parse_lspci_vvv(read("pcie/lspci_vvvnnD_lab_qemu_root_ports_acs_off.txt"))
+    by_bdf = {d.bdf: d for d in lspci}
+    for path in read("pcie/readlink_sys_bus_pci_devices_lab_qemu.txt").split():
+        device = by_bdf[path.rsplit("/", 1)[1]]
+        pci_function(root, path, (device.vendor_id, device.device_id, device.class_id + "00"))
+    state = tmp_path / "acs"
+    state.mkdir()
+    for port in ("0000:00:03.0", "0000:00:04.0", "0000:00:05.0"):
+        (state / port).write_text("001d\n")
+    selector = PcieSelector(vendor="8086", device="10d3", classes=["0200"])
+    profile = NodeProfile(pcie_acs_redirect="off", max_cstate=None, cpu_governor=None,
+                          gpu_persistence=False, pcie_selector=selector)
+    script = render_template("boot/gpunode-tune.sh.j2", **boot_script_variables(profile))
+    assert "\nROOT=\n" in script  # the node's own /sys; here the copy
+    script = script.replace("\nROOT=\n", f"\nROOT={shlex.quote(str(root))}\n")
+    proc = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, timeout=30,
+                          env={"PATH": tool_path(tmp_path / "bin", {"setpci": SETPCI_ACS}),
+                               "STATE": str(state)})
+    assert proc.returncode == 0, proc.stderr
+    assert "0000:00:03.0: ACSCtl 001d -> 0000 (redirect off)" in proc.stdout
+    assert {p.name: p.read_text().strip() for p in state.iterdir()} == {
+        "0000:00:03.0": "0000", "0000:00:04.0": "0000", "0000:00:05.0": "001d"}

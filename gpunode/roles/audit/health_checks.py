@@ -10,15 +10,21 @@ from __future__ import annotations
 
 from gpunode.facts.boot_modules import boot_module_problem
 from gpunode.facts.gpu_details import GpuDetails
-from gpunode.facts.gpu_health import SysfsPciDevice, XidEvent
-from gpunode.profile.check import DEPLOY_FIX, Check, Status, not_applicable, ok
+from gpunode.facts.gpu_health import (
+    LINK_NARROW_STATUS,
+    LINK_SLOW_STATUS,
+    REPAIR_PENDING_STATUS,
+    XID_STATUS,
+    SysfsPciDevice,
+    XidEvent,
+)
+from gpunode.facts.pcie import SPEED_GEN
+from gpunode.profile.check import DEPLOY_FIX, Check, not_applicable, ok
 from gpunode.profile.node import NodeProfile
 from gpunode.profile.nvidia_options import live_matches, module_param_key
 from gpunode.roles.audit.gpu_checks import NOT_READ, gpu_label, smi_gpus
-from gpunode.roles.audit.pcie_checks import SPEED_GEN
 from gpunode.roles.audit.snapshot import NodeSnapshot
 
-XID_STATUS: dict[str, Status] = {"critical": "P0", "error": "P2", "info": "ok"}
 XID_FIX = {
     "critical": "drain the GPU, reset it (nvidia-smi -r -i N) or reboot; if it comes back, "
                 "suspect the hardware (reseat, power, RMA)",
@@ -84,7 +90,8 @@ def _memory_repair(label: str, details: GpuDetails) -> Check:
             return Check(name=name, status="P0", live=live, want="no remap failure", kind=kind,
                          fix="the GPU ran out of spare rows: take it out of service (RMA)")
         if rows.pending:
-            return Check(name=name, status="P0", live=live, want="no pending remap", kind=kind,
+            return Check(name=name, status=REPAIR_PENDING_STATUS, live=live,
+                         want="no pending remap", kind=kind,
                          fix="drain the GPU, then reset it (nvidia-smi -r) or reboot to apply "
                          "the remap", pending="reboot")
         return ok(name, live, kind=kind)
@@ -92,7 +99,8 @@ def _memory_repair(label: str, details: GpuDetails) -> Check:
         live = (f"retired pages: {pages.single_bit or 0} single-bit, {pages.double_bit or 0} "
                 f"double-bit; pending {'yes' if pages.pending else 'no'}")
         if pages.pending:
-            return Check(name=name, status="P0", live=live, want="no pending retirement",
+            return Check(name=name, status=REPAIR_PENDING_STATUS, live=live,
+                         want="no pending retirement",
                          kind=kind, fix="drain the GPU, then reboot (or reset it) to retire "
                          "the pages", pending="reboot")
         return ok(name, live, kind=kind)
@@ -170,7 +178,8 @@ def _link_check(snap: NodeSnapshot, gpu: SysfsPciDevice) -> Check | None:
             f"Gen{gen_both or '?'} x{width_both} (GPU {gpu.max_link_speed} x{gpu.max_link_width}"
             f", port {port.bdf} {port.max_link_speed} x{port.max_link_width})")
     if gpu.link_width < width_both:
-        return Check(name=name, status="P1", live=live, want=f"x{width_both}", kind=kind,
+        return Check(name=name, status=LINK_NARROW_STATUS, live=live, want=f"x{width_both}",
+                     kind=kind,
                      fix="reseat the card; check riser/cable, slot wiring and BIOS "
                      "bifurcation; then reboot (the link trains at boot)",
                      note="a narrower link is physical: it does not drop at idle")
@@ -178,7 +187,8 @@ def _link_check(snap: NodeSnapshot, gpu: SysfsPciDevice) -> Check | None:
         details = snap.gpu_details.get(gpu.bdf)
         if details is None or "gpu_idle" in details.active_clock_reasons:
             return ok(name, live, kind=kind, note="idle GPUs train their speed down")
-        return Check(name=name, status="P2", live=live, want=f"Gen{gen_both}", kind=kind,
+        return Check(name=name, status=LINK_SLOW_STATUS, live=live, want=f"Gen{gen_both}",
+                     kind=kind,
                      fix="busy GPU below the speed both ends support: check under load "
                      "(nvidia-smi -q -d PCIE), the BIOS link speed and the riser")
     return ok(name, live, kind=kind)

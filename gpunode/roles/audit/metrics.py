@@ -10,6 +10,12 @@ The same metric names come from two places, told apart by the `source` label:
     gpunode_pending_reboot                   1 when a change only waits for a reboot
     gpunode_pending_restart                  1 when a container only waits for a restart
     gpunode_last_check_timestamp_seconds     when the check ran (Unix time)
+    gpunode_gpu_xid_events{gpu}              (timer) NVRM Xid lines of the GPU since boot
+    gpunode_gpu_remap_pending{gpu}           (timer) 1 when a row remap / page retirement waits
+    gpunode_gpu_link_downtrained{gpu}        (timer) 1 when the GPU's PCIe link trained down
+
+The HELP texts are gpunode.profile.metrics.METRIC_HELP (the timer's script is rendered with
+them too).
 
 prometheus_client renders the text exposition format and writes the file whole (a temporary
 file in the same directory, renamed over the target).
@@ -25,19 +31,11 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from gpunode.profile.check import Check
+from gpunode.profile.metrics import METRIC_HELP
 
 SETTING_STATUSES = frozenset({"ok", "P0", "P1", "P2"})
 SEVERITIES = ("P0", "P1", "P2", "limit")
-HELP = {
-    "gpunode_setting_ok": "1 when the setting reads back as the gpunode profile wants, "
-    "0 when it drifted",
-    "gpunode_findings": "gpunode checks not ok, by severity (P0 fix now, P1 needs a reboot "
-    "or restart, P2 minor, limit the hardware's own)",
-    "gpunode_pending_reboot": "1 when a gpunode change is in place and waits for a reboot",
-    "gpunode_pending_restart": "1 when a container waits for a restart to get its gpunode "
-    "settings",
-    "gpunode_last_check_timestamp_seconds": "Unix time of the last gpunode check",
-}
+HELP = METRIC_HELP
 
 
 def _gauge(registry: CollectorRegistry, name: str, *labels: str) -> Gauge:

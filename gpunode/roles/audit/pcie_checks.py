@@ -14,7 +14,7 @@ import re
 
 from gpunode.facts.gpu_details import GpuDetails
 from gpunode.facts.nvidia import NvidiaGpu
-from gpunode.facts.pcie import PcieDevice
+from gpunode.facts.pcie import SPEED_GEN, PcieDevice
 from gpunode.profile.check import DEPLOY_FIX, Check, not_applicable, ok
 from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.gpu_checks import (
@@ -29,7 +29,6 @@ from gpunode.roles.audit.gpu_checks import (
 )
 from gpunode.roles.audit.snapshot import NodeSnapshot
 
-SPEED_GEN = {"2.5GT/s": 1, "5GT/s": 2, "8GT/s": 3, "16GT/s": 4, "32GT/s": 5, "64GT/s": 6}
 NO_REBAR_BAR1_MIB = 256
 TRANSLATED_DOMAINS = frozenset({"DMA", "DMA-FQ"})
 

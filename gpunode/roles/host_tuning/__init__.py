@@ -62,7 +62,8 @@ def memlock_values(memlock: str | int) -> tuple[str, str]:
 
 def boot_script_variables(profile: NodeProfile) -> dict:
     """The boot script's data: the profile's values and gpunode's rules as data (the
-    selector's patterns, the MaxReadReq field, the ACS mask, the C-state depth's limits)."""
+    selector's patterns, the MaxReadReq field, the ACS register and mask where the profile
+    clears ACS redirect, the C-state depth's limits)."""
     return {
         "max_read_request": profile.max_read_request,
         **pcie.pcie_script_variables(profile.pcie_selector, profile.max_read_request),
@@ -71,7 +72,7 @@ def boot_script_variables(profile: NodeProfile) -> dict:
         **cstate_script_variables(),
         "governor": profile.cpu_governor,
         "acs_redirect_off": profile.pcie_acs_redirect == "off",
-        **pcie.acs_script_variables(),
+        **(pcie.acs_script_variables() if profile.pcie_acs_redirect == "off" else {}),
         "persistence": profile.gpu_persistence,
         "power_limits": power_limit_lines(profile.gpu_power_limit),
     }

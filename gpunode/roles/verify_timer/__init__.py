@@ -4,12 +4,20 @@ Installs /usr/local/sbin/gpunode-verify, a read-only shell script rendered from 
 (templates/verify/gpunode-verify.sh.j2, every value quoted), and gpunode-verify.service +
 .timer, which run it every verify_interval. The script reads the same live values as the
 deploy's verify (sysctls, modules, MaxReadReq, C-states, governor, cmdline, memlock, kernel
-pin) and writes Prometheus textfile-collector metrics to metrics_dir/gpunode.prom for
-node_exporter (names: gpunode.roles.audit.metrics). What it checks and the wanted values are
-one list, verify_checks(); the rules it reads with (the selector's patterns, the MaxReadReq
-field, the C-state depth) are the deploy's data, through the shell library it shares with the
-boot script (templates/shell/gpunode-lib.sh.j2). The node needs no Python and no gpunode:
-only sh, pciutils and systemd.
+pin; persistence mode and power limits from `nvidia-smi -q -x`, ACS Control of the bridges
+above the matched devices with setpci, where the profile sets them) and the GPUs' health (NVRM
+Xid lines of this boot's kernel log, pending row remaps or page retirements, PCIe links below
+what GPU and port support) and writes Prometheus textfile-collector metrics to
+metrics_dir/gpunode.prom for node_exporter (names and HELP texts: gpunode.profile.metrics;
+settings as gpunode_setting_ok, GPU health as gpunode_gpu_xid_events, gpunode_gpu_remap_pending
+and gpunode_gpu_link_downtrained by GPU). What it checks and the wanted values are one list,
+verify_checks() (its GPU part: verify_timer/gpu.py); the rules it reads with (the selector's
+patterns, the MaxReadReq field, the C-state depth, ACS Control and its redirect mask, where
+nvidia-smi's report holds each value, the Xid line pattern and what each Xid is) are the
+deploy's data, through the shell library it shares with the boot script
+(templates/shell/gpunode-lib.sh.j2). Without setpci, nvidia-smi, a kernel log or a GPU, the
+check that needs it is skipped. The node needs no Python and no gpunode: only sh, coreutils,
+grep, sed, pciutils and systemd (nvidia-smi where the driver is).
 
 With verify_timer off, a node that still has the timer (on in an earlier run) gets it taken off
 (verify_timer_off): the timer stopped and disabled, the script and units put back as gpunode
@@ -22,6 +30,7 @@ from __future__ import annotations
 from gpunode.facts.cmdline import format_param
 from gpunode.facts.cpu import CpuState
 from gpunode.facts.kernel_params import SYSCTL_REFUSED_DIR, normalize_sysctl_value
+from gpunode.facts.nvidia import NvidiaGpu
 from gpunode.facts.owned import (
     ancestors,
     original_path,
@@ -31,11 +40,13 @@ from gpunode.facts.snapshot import Needs, node
 from gpunode.ops.cpu import cpu_cmdline_params, cstate_script_variables
 from gpunode.ops.files import directory_present, render_template, template_file
 from gpunode.ops.modules import module_plan_for_host
+from gpunode.ops.nvidia import smi_report
 from gpunode.ops.pcie import pcie_script_variables
 from gpunode.ops.services import systemd_booted, unit_disabled, unit_enabled_and_running
 from gpunode.ops.undo import created_folder_removed, owned_file_removed
 from gpunode.profile.node import NodeProfile
 from gpunode.pyinfra_adapter import deploy
+from gpunode.roles.verify_timer.gpu import gpu_checks, gpu_script_variables
 
 VERIFY_SCRIPT = "/usr/local/sbin/gpunode-verify"
 VERIFY_SERVICE = "gpunode-verify.service"
@@ -66,13 +77,15 @@ def timer_installed() -> bool:
 
 Check = tuple[str, str, str, str]
 """One setting the script reads back: (check function, gpunode's setting name, wanted value,
-where: the /proc/sys path of a sysctl, else "")."""
+where: the /proc/sys path of a sysctl, the GPU index of a power limit, else "")."""
 
 
 def verify_checks(profile: NodeProfile, cpu: CpuState, modules: list[str],
-                  kernel_pin: str | None) -> list[Check]:
-    """The settings the timer reads back and their wanted values on this node: the one list
-    (the script only compares; pure)."""
+                  kernel_pin: str | None, gpus: list[NvidiaGpu] | None = None) -> list[Check]:
+    """The settings the timer reads back and their wanted values on this node, then the GPU
+    settings and health (verify_timer.gpu): the one list (the script only compares; pure).
+
+    gpus: the deploy's nvidia-smi report (the GPU indexes a power limit is checked on)."""
     cmdline = cpu_cmdline_params(cpu, profile.max_cstate, profile.amd_pstate)
     cmdline.update(profile.cmdline)
     checks: list[Check] = [
@@ -91,27 +104,29 @@ def verify_checks(profile: NodeProfile, cpu: CpuState, modules: list[str],
     checks.append(("memlock", "memlock (systemd default)", memlock, ""))
     if kernel_pin:
         checks.append(("kernel", "kernel pin", kernel_pin, ""))
-    return checks
+    return checks + gpu_checks(profile, gpus or [])
 
 
 def script_variables(profile: NodeProfile, cpu: CpuState, modules: list[str],
-                     kernel_pin: str | None) -> dict:
+                     kernel_pin: str | None, gpus: list[NvidiaGpu] | None = None) -> dict:
     """The script's data: the checks, and gpunode's rules it reads with (the selector's
-    patterns, the MaxReadReq field, the C-state depth's limits) (pure)."""
+    patterns, the MaxReadReq field, the C-state depth's limits, the GPU rules of
+    verify_timer.gpu) (pure)."""
     return {
         "metrics_file": metrics_file(profile),
-        "checks": verify_checks(profile, cpu, modules, kernel_pin),
+        "checks": verify_checks(profile, cpu, modules, kernel_pin, gpus),
         "refused_dir": REFUSED_DIR,
         "sysctl_refused_dir": SYSCTL_REFUSED_DIR,
         **pcie_script_variables(profile.pcie_selector, profile.max_read_request),
         **cstate_script_variables(),
+        **gpu_script_variables(),
     }
 
 
 def render_script(profile: NodeProfile, cpu: CpuState, modules: list[str],
-                  kernel_pin: str | None) -> str:
+                  kernel_pin: str | None, gpus: list[NvidiaGpu] | None = None) -> str:
     return render_template("verify/gpunode-verify.sh.j2",
-                           **script_variables(profile, cpu, modules, kernel_pin))
+                           **script_variables(profile, cpu, modules, kernel_pin, gpus))
 
 
 def needs(profile: NodeProfile) -> Needs:
@@ -119,7 +134,8 @@ def needs(profile: NodeProfile) -> Needs:
     installed it (and what taking it off reads)."""
     if not profile.verify_timer:
         return removal_needs(profile.metrics_dir)
-    return Needs(folders=(profile.metrics_dir,), units=(VERIFY_TIMER,), files=OWNED_FILES)
+    return Needs(folders=(profile.metrics_dir,), units=(VERIFY_TIMER,), files=OWNED_FILES,
+                 nvidia=profile.gpu_power_limit is not None)
 
 
 @deploy("gpunode: verify timer")
@@ -136,7 +152,7 @@ def verify_timer(profile: NodeProfile, kernel_pin: str | None = None) -> None:
     modules = module_plan_for_host(profile.modules, profile.required_modules).persist
     directory_present(name=f"Metrics directory {profile.metrics_dir}", path=profile.metrics_dir)
     template_file("verify/gpunode-verify.sh.j2", VERIFY_SCRIPT, mode="755",
-                  **script_variables(profile, cpu, modules, kernel_pin))
+                  **script_variables(profile, cpu, modules, kernel_pin, smi_report().gpus))
     template_file("systemd/gpunode-verify.service.j2", f"{UNIT_DIR}/{VERIFY_SERVICE}",
                   after="systemctl daemon-reload", script=VERIFY_SCRIPT,
                   metrics_file=metrics_file(profile), metrics_dir=profile.metrics_dir)

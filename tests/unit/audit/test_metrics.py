@@ -24,6 +24,7 @@ from gpunode.roles.audit.metrics import (
 )
 from gpunode.roles.audit.summary import open_lines, run_summary, verified_text
 from gpunode.roles.verify_timer import render_script
+from tests.unit.verify_node import tool_path
 
 SETTINGS = [
     ok("sysctl vm.swappiness", "10", "10"),
@@ -89,7 +90,7 @@ def test_metrics_file_is_written_whole_and_readable(tmp_path):
 # --- the verify timer's script, run against a copy of /proc and /sys -------------------------
 
 
-def _fake_node(root: Path, swappiness: str, cmdline: str, grub: str) -> Path:
+def _fake_node(root: Path, swappiness: str, cmdline: str, grub: str) -> str:
     (root / "proc/sys/vm").mkdir(parents=True)
     (root / "proc/sys/vm/swappiness").write_text(swappiness + "\n")
     (root / "proc/sys/kernel").mkdir(parents=True)
@@ -113,21 +114,16 @@ def _fake_node(root: Path, swappiness: str, cmdline: str, grub: str) -> Path:
         device.mkdir(parents=True)
         for name, value in zip(("vendor", "device", "class"), ids, strict=True):
             (device / name).write_text(value + "\n")
-    bin_dir = root / "bin"
-    bin_dir.mkdir()
-    tools = {
+    # Only the tools the script runs: this machine's nvidia-smi or kernel log never leak in.
+    return tool_path(root / "bin", {
         "setpci": "echo 2910",  # DevCtl bits 14:12 = 2 -> 512 bytes
         "systemctl": "echo infinity",
-    }
-    for name, body in tools.items():
-        (bin_dir / name).write_text(f"#!/bin/sh\n{body}\n")
-        (bin_dir / name).chmod(0o755)
-    return bin_dir
+    })
 
 
 def _run_script(tmp_path: Path, **node: str) -> dict:
     root = tmp_path / "root"
-    bin_dir = _fake_node(root, **node)
+    path = _fake_node(root, **node)
     out = tmp_path / "prom" / "gpunode.prom"
     profile = NodeProfile(
         sysctls={"vm.swappiness": "10", "net.ipv4.tcp_rmem": "4096 87380 134217728",
@@ -138,8 +134,8 @@ def _run_script(tmp_path: Path, **node: str) -> dict:
     script = tmp_path / "gpunode-verify"
     script.write_text(render_script(profile, CpuState(vendor="GenuineIntel"),
                                     ["tcp_bbr", "nvidia_peermem"], kernel_pin=None))
-    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "GPUNODE_VERIFY_ROOT": str(root)}
-    run = subprocess.run(["sh", str(script)], env=env, capture_output=True, text=True,
+    env = {"PATH": path, "GPUNODE_VERIFY_ROOT": str(root)}
+    run = subprocess.run(["/bin/sh", str(script)], env=env, capture_output=True, text=True,
                          timeout=60)
     assert run.returncode == 0, run.stderr
     assert [p.name for p in out.parent.iterdir()] == ["gpunode.prom"]
