@@ -12,6 +12,7 @@ import json
 import os
 import platform
 import re
+import resource
 import signal
 import statistics
 import subprocess
@@ -113,6 +114,9 @@ class Run:
     unchanged: int | None = None
     errors: int | None = None
     contention: Contention | None = None
+    cpu_s: float | None = None
+    """User + system CPU-seconds of the command's process tree on this machine (the controller:
+    pyinfra's whole CLI process, or the local ssh client), from RUSAGE_CHILDREN."""
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -127,10 +131,12 @@ def timed(
     meter: ContentionMeter | None = None,
     cwd: Path = REPO,
 ) -> Run:
-    """Run argv (stdout+stderr to log), return its wall time, exit status and the log path."""
+    """Run argv (stdout+stderr to log), return its wall time, exit status, CPU time here and the
+    log path."""
     log.parent.mkdir(parents=True, exist_ok=True)
     if meter:
         meter.start()
+    cpu_before = _children_cpu_s()
     started = time.monotonic()
     with log.open("w") as out:
         try:
@@ -141,10 +147,18 @@ def timed(
         except subprocess.TimeoutExpired:
             rc = 124
     wall = round(time.monotonic() - started, 2)
-    run = Run(label=label, argv=argv, wall_s=wall, rc=rc, log=str(log))
+    run = Run(label=label, argv=argv, wall_s=wall, rc=rc, log=str(log),
+              cpu_s=round(_children_cpu_s() - cpu_before, 2))
     if meter:
         run.contention = meter.stop()
     return run
+
+
+def _children_cpu_s() -> float:
+    """User + system time of this process's waited-for children so far (the bench runs one at a
+    time, so the delta around a run is that run's)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def parse_pyinfra(run: Run) -> Run:

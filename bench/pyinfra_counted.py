@@ -11,16 +11,25 @@ line to stderr at exit:
 
 remote_commands counts every shell command, fact reads included (fact_commands of them);
 uploads are separate SFTP transfers. Measurement only: nothing here is imported by gpunode.
+
+With GPUNODE_BENCH_CAPTURE=PREFIX it also writes the run's first NodeRead (gpunode's one read)
+as it went to the host: PREFIX.read.sh, the exact command string the SSH connector sent
+(pyinfra's make_unix_command_for_host: the `sh -c '...'` wrapping, sudo if any), and
+PREFIX.needs.json, the Needs it was built with (bench/floor.py: needs_record). The bench replays
+the first over ssh and derives its floor from the second (run_lab_bench.py, "floor").
 """
 
 from __future__ import annotations
 
 import atexit
 import json
+import os
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 
+import pyinfra.connectors.ssh as ssh_connector
 from pyinfra.api.host import Host
 
 COUNTS: Counter[str] = Counter()
@@ -30,6 +39,9 @@ STARTED = time.monotonic()
 _run = Host.run_shell_command
 _put = Host.put_file
 _get_fact = Host.get_fact
+_make_unix_command = ssh_connector.make_unix_command_for_host
+CAPTURE = os.environ.get("GPUNODE_BENCH_CAPTURE")
+_capturing = {"pending": False, "done": False}
 
 
 def _counted_run(self, *args, **kwargs):
@@ -57,7 +69,26 @@ def _fact_label(fact, kwargs: dict) -> str:
 
 def _counted_get_fact(self, fact, *args, **kwargs):
     FACTS[_fact_label(fact, kwargs)] += 1
-    return _get_fact(self, fact, *args, **kwargs)
+    capture = (CAPTURE and not _capturing["done"] and getattr(fact, "__name__", "") == "NodeRead"
+               and kwargs.get("needs") is not None)
+    if not capture:
+        return _get_fact(self, fact, *args, **kwargs)
+    from floor import needs_record  # bench/floor.py (this script's folder is on sys.path)
+
+    Path(f"{CAPTURE}.needs.json").write_text(json.dumps(needs_record(kwargs["needs"]), indent=1))
+    _capturing["pending"] = True
+    try:
+        return _get_fact(self, fact, *args, **kwargs)
+    finally:
+        _capturing["pending"], _capturing["done"] = False, True
+
+
+def _captured_unix_command(*args, **kwargs):
+    command = _make_unix_command(*args, **kwargs)
+    if _capturing["pending"]:  # one host, one read: the next command sent is the NodeRead
+        Path(f"{CAPTURE}.read.sh").write_text(command.get_raw_value())
+        _capturing["pending"] = False
+    return command
 
 
 def _report() -> None:
@@ -80,6 +111,7 @@ def main() -> None:
     Host.run_shell_command = _counted_run
     Host.put_file = _counted_put
     Host.get_fact = _counted_get_fact
+    ssh_connector.make_unix_command_for_host = _captured_unix_command
     atexit.register(_report)
     from pyinfra_cli.main import main as pyinfra_main
 
