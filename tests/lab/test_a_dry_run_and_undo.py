@@ -58,6 +58,17 @@ def state_of(vm) -> dict:
     return snapshot(vm, list(PROFILE.sysctls), PROFILE.modules)
 
 
+def differences(before: dict, after: dict) -> dict:
+    """What differs between two state_of() readings, entry by entry (files one by one)."""
+    out = {k: (before.get(k), after.get(k)) for k in before.keys() | after.keys()
+           if k != "files" and before.get(k) != after.get(k)}
+    files_before, files_after = before.get("files", {}), after.get("files", {})
+    out.update({path: (files_before.get(path), files_after.get(path))
+                for path in files_before.keys() | files_after.keys()
+                if files_before.get(path) != files_after.get(path)})
+    return out
+
+
 def dry_then_run(vm, deploy: str) -> tuple[PyinfraRun, PyinfraRun]:
     """--dry (the guest unchanged by it), then the real run; both succeed with the same
     change lines; a --dry after it plans nothing."""
@@ -108,7 +119,9 @@ def test_3_no_installation_candidate_is_refused_before_any_change(lab_vm, fresh)
             assert run.returncode == 1, run.log
             assert "refused before any change: package pciutils is not installed and apt " \
                    "has no installation candidate" in " ".join(run.log.split())  # wrapped
-            assert run.changed() == [] and state_of(lab_vm) == before
+            assert run.changed() == [], run.changed()
+            after = state_of(lab_vm)
+            assert after == before, differences(before, after)
     finally:
         sh(lab_vm, "dpkg -i /root/pciutils.deb >/dev/null && rm -rf /root/pciutils*")
     # With pciutils back, the next run (test 4's) converges the drift the refusal left.

@@ -9,6 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpunode.facts.pcie_refusals import REFUSED_DIR
+from gpunode.ops.pcie import ACS_REDIRECT_MASK
 from gpunode.roles.verify_timer import VERIFY_TIMER
 from lab.vm import HOST_NAME
 from tests.lab.node_snapshot import METRICS_DIR, TIMER_PATHS
@@ -17,6 +18,7 @@ from tests.lab.pyinfra_cli import run_pyinfra
 pytestmark = pytest.mark.lab
 
 TIMER_ON = {"GPUNODE_LAB_VERIFY_TIMER": "1"}
+ACS_OFF = {**TIMER_ON, "GPUNODE_LAB_ACS_REDIRECT": "off"}
 STANDIN = "8086:10d3"  # the lab selector's e1000e
 BEFORE: dict[str, str] = {}
 
@@ -106,6 +108,33 @@ def test_timer_reads_maxreadreq_on_the_matched_devices_only(lab_vm):
     finally:
         lab_vm.ssh(f"mv /root/{refused[0]} {REFUSED_DIR}/")
     assert drifted == {f"PCIe MaxReadReq {refused[0]} [{STANDIN}]": 0}
+
+
+def acs_samples(text: str) -> dict[str, float]:
+    return {sample.labels["setting"]: sample.value
+            for family in text_string_to_metric_families(text) for sample in family.samples
+            if sample.name == "gpunode_setting_ok"
+            and sample.labels.get("setting", "").startswith("ACS ")}
+
+
+def test_timer_reads_acs_on_the_standins_root_ports(lab_vm):
+    """With ACS redirect off in the profile, the timer reads ACS Control on the root ports
+    above the two stand-ins (QEMU's pcie-root-port: a writable ACS capability): ok after the
+    deploy, and the one port whose redirect bits were set again drifts, named."""
+    run = run_pyinfra("deploy/site.py", "-y", env=ACS_OFF, timeout=900)
+    assert run.returncode == 0, run.log[-3000:]
+    ok = acs_samples(run_timer(lab_vm))
+    assert len(ok) == 2 and set(ok.values()) == {1}, ok
+    port = sorted(ok)[0].removeprefix("ACS ")
+    rc, _, err = lab_vm.ssh(f"setpci -s {port} ECAP_ACS+0x6.w=001d:{ACS_REDIRECT_MASK:04x}")
+    assert rc == 0, err
+    try:
+        drifted = acs_samples(run_timer(lab_vm))
+    finally:
+        lab_vm.ssh(f"setpci -s {port} ECAP_ACS+0x6.w=0000:{ACS_REDIRECT_MASK:04x}")
+    assert drifted == {**ok, f"ACS {port}": 0}, drifted
+    _, journal, _ = lab_vm.ssh("journalctl -u gpunode-verify.service -o cat --no-pager")
+    assert f"drifted: ACS {port}: ACSCtl" in journal
 
 
 def test_turning_the_timer_off_takes_it_off(lab_vm):
