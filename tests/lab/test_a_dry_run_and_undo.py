@@ -112,6 +112,9 @@ def test_2_drifts_dry_run_equals_the_run(lab_vm, fresh):
 def test_3_no_installation_candidate_is_refused_before_any_change(lab_vm, fresh):
     sh(lab_vm, REPACK_PCIUTILS)
     sh(lab_vm, "dpkg -r pciutils >/dev/null 2>&1; sysctl -qw vm.swappiness=33")
+    # The timer's first run (2 min after boot, up to 30 s later) writes gpunode.prom: have it
+    # now, so that only gpunode's runs can change the guest while this test reads it.
+    sh(lab_vm, "systemctl start gpunode-verify.service")
     try:
         before = state_of(lab_vm)
         for args in (("--dry",), ("-y",)):
