@@ -50,6 +50,24 @@ def _sysctl_dangers(sysctls: Mapping[str, str]) -> list[str]:
     return found
 
 
+def hugepages_above_memory(sysctls: Mapping[str, str], i_know: Iterable[str],
+                           meminfo: Mapping[str, int]) -> str | None:
+    """The refusal of a vm.nr_hugepages that reserves more than the host's memory
+    (pages x Hugepagesize > MemTotal, from /proc/meminfo), None when it fits, when i_know
+    names vm.nr_hugepages, or when meminfo lacks the sizes."""
+    pages = sysctls.get("vm.nr_hugepages", "")
+    if "vm.nr_hugepages" in i_know or not (pages.isascii() and pages.isdigit()):
+        return None
+    total, page = meminfo.get("MemTotal"), meminfo.get("Hugepagesize")
+    if not total or not page or int(pages) * page <= total:
+        return None
+    gib = 1024 * 1024
+    return (f"gpunode.sysctls.vm.nr_hugepages: {pages} pages of {page} KiB is "
+            f"{int(pages) * page / gib:.1f} GiB, more than this host's memory (MemTotal "
+            f"{total / gib:.1f} GiB): the kernel would take all it can and starve the host. "
+            "Fix: lower it, or add vm.nr_hugepages to i_know if you mean it")
+
+
 def _cmdline_dangers(cmdline: Mapping[str, str | None]) -> list[str]:
     found = [f"cmdline.{key}" for key in ("init", "root") if key in cmdline]
     for key in ("module_blacklist", "modprobe.blacklist"):

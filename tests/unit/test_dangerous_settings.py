@@ -71,3 +71,38 @@ def test_driver_pin_matches_whole_version_components():
     assert not fnmatch.fnmatchcase("550.127.05-1~deb12u1", glob)
     assert fnmatch.fnmatchcase("550.12-1", glob)
     assert fnmatch.fnmatchcase("550.127.05-1~deb12u1", _pin_glob("550.127.05"))
+
+
+MEMINFO_24G = {"MemTotal": 24_576_000, "Hugepagesize": 2048}
+
+
+@pytest.mark.parametrize(("sysctls", "i_know", "meminfo", "refused"), [
+    ({"vm.nr_hugepages": "12000"}, [], MEMINFO_24G, False),       # exactly MemTotal
+    ({"vm.nr_hugepages": "12001"}, [], MEMINFO_24G, True),        # one page more
+    ({"vm.nr_hugepages": "11000"}, [], MEMINFO_24G, False),
+    ({"vm.nr_hugepages": "20000"}, ["vm.nr_hugepages"], MEMINFO_24G, False),  # acknowledged
+    ({"vm.nr_hugepages": "20000"}, [], {}, False),                # no meminfo read: no bound
+    ({"vm.swappiness": "10"}, [], MEMINFO_24G, False),
+    ({"vm.nr_hugepages": "13"}, [], {"MemTotal": 24_576, "Hugepagesize": 1_048_576}, True),
+])
+def test_hugepages_above_the_hosts_memory_are_refused(sysctls, i_know, meminfo, refused):
+    """The bound needs the host (issue 28.7): pages x Hugepagesize against MemTotal."""
+    from gpunode.profile.danger import hugepages_above_memory
+
+    text = hugepages_above_memory(sysctls, i_know, meminfo)
+    assert (text is not None) == refused, text
+    if refused:
+        assert "gpunode.sysctls.vm.nr_hugepages" in text and "Fix:" in text and "i_know" in text
+
+
+def test_meminfo_of_this_machine_parses():
+    """The real /proc/meminfo here: MemTotal and Hugepagesize in KiB, counts as numbers."""
+    from pathlib import Path
+
+    from gpunode.facts.memory import parse_meminfo
+
+    values = parse_meminfo(Path("/proc/meminfo").read_text().splitlines())
+    assert values["MemTotal"] > 0 and values["Hugepagesize"] in (2048, 1048576)
+    assert "HugePages_Total" in values
+    assert parse_meminfo(["MemTotal:       16384 kB", "garbage", "Hugepagesize: 2048 kB"]) == {
+        "MemTotal": 16384, "Hugepagesize": 2048}

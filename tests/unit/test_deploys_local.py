@@ -236,3 +236,17 @@ def test_a_second_run_is_refused_while_another_holds_the_node(tmp_path, monkeypa
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_site_refuses_hugepages_above_this_machines_memory(tmp_path):
+    """vm.nr_hugepages against this machine's real /proc/meminfo, read in the one read only
+    for such a profile (issue 28.7): 2 TiB of pages is refused in --dry, naming the fix."""
+    from pathlib import Path
+
+    from gpunode.facts.memory import parse_meminfo
+
+    info = parse_meminfo(Path("/proc/meminfo").read_text().splitlines())
+    pages = info["MemTotal"] // info["Hugepagesize"] + 1  # one page more than the memory
+    log = dry_run(tmp_path, "deploy/host.py",
+                  {"gpunode": {"sysctls": {"vm.nr_hugepages": str(pages)}}}, exit_code=1)
+    assert "refused before any change" in log and "more than this host's memory" in log

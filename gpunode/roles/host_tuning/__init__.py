@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from pyinfra import host, logger
 
+from gpunode.facts.memory import MEMINFO, parse_meminfo
 from gpunode.facts.pcie import unreadable_note
 from gpunode.facts.pcie_refusals import REFUSED_DIR
 from gpunode.facts.snapshot import Needs, node
@@ -23,6 +24,7 @@ from gpunode.ops.files import template_file
 from gpunode.ops.preflight import uninstallable
 from gpunode.ops.services import unit_enabled_at_boot
 from gpunode.ops.sysctl import absent_sysctls
+from gpunode.profile.danger import hugepages_above_memory
 from gpunode.profile.node import NodeProfile
 from gpunode.profile.sysctls import BEST_EFFORT_SYSCTLS, DEFAULT_SYSCTLS
 from gpunode.pyinfra_adapter import deploy
@@ -42,15 +44,18 @@ OWNED_FILES = (SYSCTL_FILE, MODULES_FILE, LIMITS_FILE, SYSTEMD_MEMLOCK_FILE, BOO
 def host_tuning_problems(profile: NodeProfile) -> list[str]:
     """What can't succeed, known before any change: a tool with no installation candidate, a
     sysctl key this host's /proc/sys lacks (a typo such as vm.swapiness) that neither
-    allow_absent nor the defaults list; the allowed absent keys are always noted."""
+    allow_absent nor the defaults list, a vm.nr_hugepages above the host's memory (unless
+    i_know names it); the allowed absent keys are always noted."""
     refused, noted = absent_sysctls(profile.sysctls, [*profile.allow_absent, *DEFAULT_SYSCTLS])
     if noted:
         log_wrapped(logger.warning, f"{host.name}: sysctls not on this kernel, skipped: "
                     f"{', '.join(noted)}")
+    hugepages = hugepages_above_memory(profile.sysctls, profile.i_know,
+                                       parse_meminfo(node().contents.get(MEMINFO)))
     return uninstallable(PACKAGES) + [
         f"gpunode.sysctls.{key}: {key!r} is not in this host's /proc/sys (a typo, or a module "
         "not loaded). Fix: correct the key, or list it in allow_absent to skip it here"
-        for key in refused]
+        for key in refused] + ([hugepages] if hugepages else [])
 
 
 def memlock_values(memlock: str | int) -> tuple[str, str]:
@@ -146,9 +151,10 @@ def tune_devices_and_cpu(profile: NodeProfile) -> None:
 
 def needs(profile: NodeProfile) -> Needs:
     """What host_tuning reads beyond the snapshot's core (cmdline, CPU, lspci, refusals)."""
+    memory = "vm.nr_hugepages" in profile.sysctls and "vm.nr_hugepages" not in profile.i_know
     return Needs(packages=tuple(PACKAGES), candidates=tuple(PACKAGES),
                  sysctl_keys=tuple(profile.sysctls), modules=tuple(profile.modules),
-                 units=(BOOT_UNIT,), files=OWNED_FILES)
+                 units=(BOOT_UNIT,), files=OWNED_FILES, contents=(MEMINFO,) if memory else ())
 
 
 def tune_memlock(profile: NodeProfile) -> None:
