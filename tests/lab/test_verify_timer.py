@@ -47,11 +47,16 @@ def run_timer(vm) -> str:
     return text
 
 
-def maxreadreq_samples(text: str) -> dict[str, float]:
+def setting_samples(text: str, prefix: str) -> dict[str, float]:
+    """The timer's gpunode_setting_ok samples whose setting name starts with prefix."""
     return {sample.labels["setting"]: sample.value
             for family in text_string_to_metric_families(text) for sample in family.samples
             if sample.name == "gpunode_setting_ok"
-            and sample.labels.get("setting", "").startswith("PCIe MaxReadReq")}
+            and sample.labels.get("setting", "").startswith(prefix)}
+
+
+def maxreadreq_samples(text: str) -> dict[str, float]:
+    return setting_samples(text, "PCIe MaxReadReq")
 
 
 def test_timer_and_audit_metrics_show_a_drifted_sysctl(lab_vm, tmp_path):
@@ -111,10 +116,7 @@ def test_timer_reads_maxreadreq_on_the_matched_devices_only(lab_vm):
 
 
 def acs_samples(text: str) -> dict[str, float]:
-    return {sample.labels["setting"]: sample.value
-            for family in text_string_to_metric_families(text) for sample in family.samples
-            if sample.name == "gpunode_setting_ok"
-            and sample.labels.get("setting", "").startswith("ACS ")}
+    return setting_samples(text, "ACS ")
 
 
 def test_timer_reads_acs_on_the_standins_root_ports(lab_vm):
