@@ -370,10 +370,14 @@ def _held() -> _Held | None:
     return _store().get(host.name)
 
 
-def _read(needs: Needs) -> Snapshot:
-    value = host.get_fact(NodeRead, needs=needs)
-    snapshot = value if isinstance(value, Snapshot) else Snapshot.model_validate(
+def _as_snapshot(value: Any) -> Snapshot:
+    """NodeRead's value (operation tests give its fields as plain data)."""
+    return value if isinstance(value, Snapshot) else Snapshot.model_validate(
         fact_data(value) or {})
+
+
+def _read(needs: Needs) -> Snapshot:
+    snapshot = _as_snapshot(host.get_fact(NodeRead, needs=needs))
     _store()[host.name] = _Held(needs, snapshot)
     return snapshot
 
@@ -395,9 +399,7 @@ def node() -> Snapshot:
     deploy (an operation test), the NodeRead fact as given."""
     held = _held()
     if held is None:
-        value = host.get_fact(NodeRead)
-        return value if isinstance(value, Snapshot) else Snapshot.model_validate(
-            fact_data(value) or {})
+        return _as_snapshot(host.get_fact(NodeRead))
     if held.stale:
         return _read(held.needs)
     return held.snapshot
@@ -415,6 +417,13 @@ def node_changed() -> FunctionCommand:
     """Yield it after commands that change what the snapshot holds beyond the operation's own
     setting (a package install, a reboot): the next node() reads the node again."""
     return FunctionCommand(mark_stale, (), {})
+
+
+def stale_if_changed() -> None:
+    """At the end of a run (a verify): when any operation of it changed the current host,
+    the next read of the node is a new snapshot."""
+    if changed_in_this_run():
+        mark_stale(current_state(), host)
 
 
 def changed_in_this_run() -> bool:
