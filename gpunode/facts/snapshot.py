@@ -411,10 +411,14 @@ def _held() -> _Held | None:
     return _store().get(host.name)
 
 
-def _read(needs: Needs) -> Snapshot:
-    value = host.get_fact(NodeRead, needs=needs)
-    snapshot = value if isinstance(value, Snapshot) else Snapshot.model_validate(
+def _as_snapshot(value: Any) -> Snapshot:
+    """NodeRead's value (operation tests give its fields as plain data)."""
+    return value if isinstance(value, Snapshot) else Snapshot.model_validate(
         fact_data(value) or {})
+
+
+def _read(needs: Needs) -> Snapshot:
+    snapshot = _as_snapshot(host.get_fact(NodeRead, needs=needs))
     _store()[host.name] = _Held(needs, snapshot)
     return snapshot
 
@@ -436,9 +440,7 @@ def node() -> Snapshot:
     deploy (an operation test), the NodeRead fact as given."""
     held = _held()
     if held is None:
-        value = host.get_fact(NodeRead)
-        return value if isinstance(value, Snapshot) else Snapshot.model_validate(
-            fact_data(value) or {})
+        return _as_snapshot(host.get_fact(NodeRead))
     if held.stale:
         return _read(held.needs)
     return held.snapshot
@@ -463,6 +465,13 @@ def lock_problems(snapshot: Snapshot) -> list[str]:
     if snapshot.lock is None:
         return [f"could not take {LOCK_FILE} (flock, setsid and a writable /run are needed)"]
     return [snapshot.lock.refusal] if snapshot.lock.refusal else []
+
+
+def stale_if_changed() -> None:
+    """At the end of a run (a verify): when any operation of it changed the current host,
+    the next read of the node is a new snapshot."""
+    if changed_in_this_run():
+        mark_stale(current_state(), host)
 
 
 def changed_in_this_run() -> bool:

@@ -17,7 +17,7 @@ import time
 from pyinfra import host, logger
 from pyinfra.api import operation
 
-from gpunode.facts.snapshot import Needs, changed_in_this_run, mark_stale
+from gpunode.facts.snapshot import Needs, stale_if_changed
 from gpunode.profile.node import NodeProfile
 from gpunode.pyinfra_adapter import (
     checks_for_changes,
@@ -53,8 +53,7 @@ def verify_node(profile: NodeProfile):
     if not in_execute_stage():
         host.noop("verify after the other operations ran")
         return
-    if changed_in_this_run():
-        mark_stale(current_state(), host)  # the node changed under the run: read it again
+    stale_if_changed()  # the node changed under the run: read it again
     snap = gather_snapshot(profile)
     checks = audit_checks(profile, snap)
     settings = tuning_checks(profile, snap)

@@ -16,12 +16,12 @@ from pyinfra import host, logger
 from pyinfra.api import OperationError, operation
 
 from gpunode.facts.sections import fact_data
-from gpunode.facts.snapshot import Needs, Part, changed_in_this_run, mark_stale, node
+from gpunode.facts.snapshot import Needs, Part, node, stale_if_changed
 from gpunode.ops.apt import checked_apt_update
 from gpunode.ops.changes import log_wrapped
 from gpunode.ops.nvidia_pin import PREFERENCES_FILE
 from gpunode.profile.check import summary_lines
-from gpunode.pyinfra_adapter import current_state, is_executing
+from gpunode.pyinfra_adapter import is_executing
 from gpunode.roles.container.defaults import DEFAULT_PACKAGES
 from gpunode.roles.container.facts import AptVersions, ContainerGpuState
 from gpunode.roles.container.plan import container_checks, install_command, userspace_plan
@@ -93,8 +93,7 @@ def verify_container(
         host.noop("verify after the other operations ran")
         return
     packages = packages or DEFAULT_PACKAGES
-    if changed_in_this_run():
-        mark_stale(current_state(), host)  # the install changed the container: read it again
+    stale_if_changed()  # the install changed the container: read it again
     gpu_state = node().parts.get("container_gpu") or {}
     installed = dict(node().packages)
     checks = container_checks(gpu_state, expected_gpus, host_driver_version, installed)
