@@ -324,34 +324,32 @@ ACTIVE_TIMEOUT_S = 120
 ENGINE_METRICS_TIMEOUT_S = 5
 
 
-def engine_metrics_timeout(flag: object, timeout: object) -> int | None:
-    """`--data gpunode_audit_engine_metrics=1 [gpunode_audit_engine_metrics_timeout=S]` ->
-    seconds per engine's /metrics read, None when off (the default); ValueError otherwise."""
+def _opt_in_seconds(key: str, flag: object, timeout: object, default: int,
+                    pattern: str, low: int, high: int) -> int | None:
+    """`--data KEY=1 [KEY_timeout=S]` -> seconds (default when S is not given), None when
+    KEY is off; ValueError naming the key and what is allowed otherwise."""
     text = "" if flag is None else str(flag).strip().lower()
     if text in ACTIVE_OFF:
         return None
     if text not in ACTIVE_ON:
-        raise ValueError(f"gpunode_audit_engine_metrics={flag!r}: use 1 (on) or 0 (off)")
+        raise ValueError(f"{key}={flag!r}: use 1 (on) or 0 (off)")
     if timeout is None or str(timeout).strip() == "":
-        return ENGINE_METRICS_TIMEOUT_S
+        return default
     value = str(timeout).strip()
-    if not re.match(r"^[0-9]{1,2}$", value) or not 1 <= int(value) <= 60:
-        raise ValueError(f"gpunode_audit_engine_metrics_timeout={timeout!r}: give seconds, "
-                         "1..60")
+    if not re.match(pattern, value) or not low <= int(value) <= high:
+        raise ValueError(f"{key}_timeout={timeout!r}: give seconds, {low}..{high}")
     return int(value)
+
+
+def engine_metrics_timeout(flag: object, timeout: object) -> int | None:
+    """`--data gpunode_audit_engine_metrics=1 [gpunode_audit_engine_metrics_timeout=S]` ->
+    seconds per engine's /metrics read, None when off (the default); ValueError otherwise."""
+    return _opt_in_seconds("gpunode_audit_engine_metrics", flag, timeout,
+                           ENGINE_METRICS_TIMEOUT_S, r"^[0-9]{1,2}$", 1, 60)
 
 
 def active_timeout(active: object, timeout: object) -> int | None:
     """`--data gpunode_audit_active=1 [gpunode_audit_active_timeout=S]` -> seconds per
     bandwidth test, None when the active mode is off; ValueError otherwise."""
-    flag = "" if active is None else str(active).strip().lower()
-    if flag in ACTIVE_OFF:
-        return None
-    if flag not in ACTIVE_ON:
-        raise ValueError(f"gpunode_audit_active={active!r}: use 1 (on) or 0 (off)")
-    if timeout is None or str(timeout).strip() == "":
-        return ACTIVE_TIMEOUT_S
-    text = str(timeout).strip()
-    if not re.match(r"^[0-9]{2,4}$", text) or not 10 <= int(text) <= 3600:
-        raise ValueError(f"gpunode_audit_active_timeout={timeout!r}: give seconds, 10..3600")
-    return int(text)
+    return _opt_in_seconds("gpunode_audit_active", active, timeout, ACTIVE_TIMEOUT_S,
+                           r"^[0-9]{2,4}$", 10, 3600)
