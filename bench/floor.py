@@ -1,6 +1,6 @@
 """The floor under a no-op (bench only): the least a read of the same node could cost.
 
-gpunode's no-op reads the node in one remote command (gpunode.facts.snapshot.NodeRead: each
+gpunode's no-op reads the node in one remote command (gpunode.facts.node_read.NodeRead: each
 part a fact's own command between markers). The floor is a minimal read of the same sources:
 each tool run once, in one shell, over one ssh connection:
 

@@ -5,15 +5,12 @@ One round trip gathers, as marker-separated sections (gpunode.facts.sections):
 - iommu_groups, iommu_types: `ls /sys/kernel/iommu_groups`, `grep -H . .../*/type`
   (parse_iommu);
 - pci_paths: `readlink -f /sys/bus/pci/devices/*`, the PCI tree (parse_pci_paths);
-- nvidia_version: /proc/driver/nvidia/version (parse_nvidia_proc_version);
 - nvidia_smi: `nvidia-smi -q -x` (parse_nvidia_smi_xml, parse_gpu_details);
 - nvlink: `nvidia-smi nvlink -s` (parse_nvlink_status);
-- modinfo: `modinfo nvidia` filename/version/license (the flavour installed for this kernel);
-- persistenced: nvidia-persistenced installed, enabled, active (parse_unit_state);
+- persistenced: nvidia-persistenced installed; enabled and active from the snapshot's one
+  `systemctl show` of the units (parse_unit_state);
 - topo_m, topo_p2p_r, topo_p2p_w: `nvidia-smi topo -m`, `topo -p2p r`, `topo -p2p w`
   (gpunode.facts.gpu_topology);
-- nvidia_packages: `dpkg-query -W` over the NVIDIA packages (parse_dpkg_query);
-- kernels: `uname -r`, kernel packages, the held packages (parse_installed_kernels);
 - pveversion, boot_kernels: `pveversion`, `proxmox-boot-tool kernel list`;
 - has_pct, pct_list: `pct list` (parse_pct_list);
 - ct_config:VMID: base64 of /etc/pve/lxc/VMID.conf (parse_pve_lxc_config_fact);
@@ -38,7 +35,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from pyinfra.api import FactBase
 
 from gpunode.facts.containers import ContainerState, container_state
-from gpunode.facts.dpkg import parse_dpkg_query
 from gpunode.facts.gpu_details import (
     GpuDetails,
     NvlinkGpu,
@@ -49,15 +45,11 @@ from gpunode.facts.gpu_details import (
 )
 from gpunode.facts.gpu_numa import GPU_NUMA_COMMAND, GpuNuma, parse_gpu_numa
 from gpunode.facts.gpu_topology import GpuTopology, parse_gpu_topology
-from gpunode.facts.kernels import KernelPackages, parse_installed_kernels
 from gpunode.facts.lxc import parse_pct_list, parse_pve_lxc_config_fact
 from gpunode.facts.nvidia import (
     NvidiaSmiReport,
-    nvidia_module_is_open,
-    parse_nvidia_proc_version,
     parse_nvidia_smi_xml,
 )
-from gpunode.facts.nvidia_modules import flavour_of_license, parse_modinfo_license
 from gpunode.facts.pcie import parse_pci_paths
 from gpunode.facts.proxmox import (
     PveVersion,
@@ -115,13 +107,8 @@ class AuditExtras(BaseModel):
     nvidia: NvidiaSmiReport = Field(default_factory=lambda: NvidiaSmiReport(present=False))
     gpu_details: dict[str, GpuDetails] = Field(default_factory=dict)
     nvlink: list[NvlinkGpu] = Field(default_factory=list)
-    driver_loaded: str | None = None
-    driver_open: bool | None = None
-    module_installed_flavour: str | None = None
-    driver_packages: dict[str, str] = Field(default_factory=dict)
     persistenced: UnitState = Field(default_factory=lambda: UnitState())
     topology: GpuTopology = Field(default_factory=lambda: GpuTopology())
-    kernels: KernelPackages = Field(default_factory=lambda: KernelPackages(running=""))
     pve: PveVersion = Field(default_factory=lambda: PveVersion(present=False))
     boot_kernels: list[str] = Field(default_factory=list)
     boot_pinned: str | None = None
@@ -132,9 +119,8 @@ class AuditExtras(BaseModel):
     def snapshot_fields(self) -> dict[str, object]:
         """The fields a Snapshot takes from the audit's read."""
         return {name: getattr(self, name) for name in (
-            "iommu", "pci_paths", "nvidia", "gpu_details", "nvlink", "driver_loaded",
-            "driver_open", "module_installed_flavour", "driver_packages", "persistenced",
-            "topology", "kernels", "pve", "boot_pinned", "containers", "gpu_numa")}
+            "iommu", "pci_paths", "nvidia", "gpu_details", "nvlink", "persistenced",
+            "topology", "pve", "boot_pinned", "containers", "gpu_numa")}
 
 
 # --- parsers -------------------------------------------------------------------------------
@@ -154,11 +140,24 @@ def parse_iommu(groups_text: str, types_text: str) -> IommuState:
     return IommuState(groups=len(groups), group_types=dict(sorted(types.items())))
 
 
+def unit_block(show_text: str, unit: str) -> list[str]:
+    """The lines of one unit's block in a `systemctl show` of several (blocks start at Id=)."""
+    block: list[str] = []
+    for line in show_text.splitlines():
+        if line.startswith("Id="):
+            if block:
+                break
+            if line == f"Id={unit}":
+                block = [line]
+        elif block and line.strip():
+            block.append(line)
+    return block
+
+
 def parse_audit_sections(text: str) -> AuditExtras:
     """Parse the output of AUDIT_COMMAND; never raises on odd or missing sections."""
     sections = split_sections(text or "")
     smi_text = sections.get("nvidia_smi", "")
-    proc_version = sections.get("nvidia_version", "")
     boot_kernels, boot_pinned = parse_proxmox_kernel_list(sections.get("boot_kernels", ""))
     containers: list[ContainerState] | None = None
     if "pct_list" in sections and sections.get("has_pct", "").strip() == "yes":
@@ -184,15 +183,11 @@ def parse_audit_sections(text: str) -> AuditExtras:
         nvidia=parse_nvidia_smi_xml(smi_text),
         gpu_details=parse_gpu_details(smi_text),
         nvlink=parse_nvlink_status(sections.get("nvlink", "")),
-        driver_loaded=parse_nvidia_proc_version(proc_version),
-        driver_open=nvidia_module_is_open(proc_version),
-        module_installed_flavour=flavour_of_license(
-            parse_modinfo_license(sections.get("modinfo", ""))),
-        persistenced=parse_unit_state(sections.get("persistenced", "")),
+        persistenced=parse_unit_state("\n".join([
+            sections.get("persistenced", ""),
+            *unit_block(sections.get("units", ""), PERSISTENCED_UNIT)])),
         topology=parse_gpu_topology(sections.get("topo_m", ""), sections.get("topo_p2p_r", ""),
                                     sections.get("topo_p2p_w", "")),
-        driver_packages=parse_dpkg_query(sections.get("nvidia_packages", "")),
-        kernels=parse_installed_kernels(sections.get("kernels", "")),
         pve=parse_pveversion(sections.get("pveversion", "")),
         boot_kernels=boot_kernels,
         boot_pinned=boot_pinned,
@@ -203,11 +198,10 @@ def parse_audit_sections(text: str) -> AuditExtras:
 
 # --- the command ---------------------------------------------------------------------------
 
-_PERSISTENCED = (  # one systemctl: what is-enabled and is-active tell, as show's properties
-    "if command -v nvidia-persistenced >/dev/null; then echo installed=yes; "
-    "else echo installed=no; fi; "
-    "systemctl show -p UnitFileState -p ActiveState nvidia-persistenced.service"
-)
+PERSISTENCED_UNIT = "nvidia-persistenced.service"
+"""Its UnitFileState and ActiveState come from the snapshot's `systemctl show` of the units."""
+_PERSISTENCED = ("if command -v nvidia-persistenced >/dev/null; then echo installed=yes; "
+                 "else echo installed=no; fi")
 _CONTAINER_PROBE = (
     "nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>&1 | head -n 1; "
     "grep 'Max locked memory' /proc/1/limits"
@@ -230,18 +224,15 @@ _CONTAINERS_LOOP = (
 # gives their output to the audit's parser (audit_text), by the audit's section name.
 SHARED_PARTS: dict[str, str] = {
     "pci_paths": "pci_paths",
-    "nvidia_version": "driver_loaded",
     "nvidia_smi": "nvidia",
-    "nvidia_packages": "driver_packages",
-    "kernels": "kernels",
     "pveversion": "pve",
+    "units": "units",
 }
 
 AUDIT_SECTIONS: list[tuple[str, str]] = [
     ("iommu_groups", ls_command("/sys/kernel/iommu_groups")),
     ("iommu_types", "grep -H . /sys/kernel/iommu_groups/*/type"),
     ("nvlink", "command -v nvidia-smi >/dev/null && nvidia-smi nvlink -s 2>&1"),
-    ("modinfo", "modinfo nvidia | grep -E '^(filename|version|license):'"),
     ("persistenced", _PERSISTENCED),
     ("topo_m", "command -v nvidia-smi >/dev/null && nvidia-smi topo -m"),
     ("topo_p2p_r", "command -v nvidia-smi >/dev/null && nvidia-smi topo -p2p r"),

@@ -76,19 +76,17 @@ def boot_module_problem(version: str, trees: BootModules, proxmox: bool) -> str 
 
 
 class KernelModuleTrees(FactBase):
-    """Each installed kernel's NVIDIA module and build link, the headers packages."""
+    """Each installed kernel's NVIDIA modules and build link (one `find` for all kernels; the
+    headers packages come from the run's one dpkg read: gpunode.facts.snapshot)."""
 
     @staticmethod
     def default() -> BootModules:
         return BootModules()
 
     def command(self) -> str:
-        patterns = " ".join(f"'{p}'" for p in HEADER_PATTERNS)
         return ("for d in /lib/modules/*/; do [ -d \"$d\" ] || continue; v=${d%/}; v=${v##*/}; "
-                "echo \"kernel=$v\"; [ -e \"$d/build\" ] && echo \"build=$v\"; "
-                "find \"$d\" -name 'nvidia.ko*' 2>/dev/null | head -n 4; done; "
-                "dpkg-query -W -f='${db:Status-Abbrev} ${Package}\\n' "
-                f"{patterns} 2>/dev/null | awk '$1 == \"ii\" {{ print \"headers=\" $2 }}'; true")
+                "echo \"kernel=$v\"; [ -e \"$d/build\" ] && echo \"build=$v\"; done; "
+                "find /lib/modules/ -mindepth 2 -name 'nvidia.ko*' 2>/dev/null; true")
 
     def process(self, output: list[str]) -> BootModules:
         return parse_kernel_trees("\n".join(output))

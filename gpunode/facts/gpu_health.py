@@ -135,12 +135,15 @@ class KernelXids(FactBase):
         return XidLog()
 
     def command(self) -> str:
-        keep = (f"awk '/{XID_MARKER}/ {{ n++; if (n <= {XID_LINES_KEPT}) print }} "
-                "END { print \"total=\" n+0 }'")
-        return ("if journalctl -k -b -q --no-pager -n 1 2>/dev/null | grep -q .; then "
-                f"echo source=journal; journalctl -k -b -q --no-pager -o short-monotonic | {keep}; "
-                f"elif dmesg >/dev/null 2>&1; then echo source=dmesg; dmesg | {keep}; "
-                "else echo source=none; fi")
+        """One journalctl (awk exits 1 when it printed nothing: no kernel log in the journal),
+        else one dmesg; the source is named after the events (the parser takes any order)."""
+        def keep(source: str, empty: str) -> str:
+            return (f"awk '/{XID_MARKER}/ {{ n++; if (n <= {XID_LINES_KEPT}) print }} "
+                    f"END {{ if (NR == 0) {empty}; print \"source={source}\"; "
+                    "print \"total=\" n+0 }'")
+        none = '{ print "source=none"; exit }'
+        return ("journalctl -k -b -q --no-pager -o short-monotonic 2>/dev/null | "
+                f"{keep('journal', 'exit 1')} || dmesg 2>/dev/null | {keep('dmesg', none)}")
 
     def process(self, output: list[str]) -> XidLog:
         return parse_xid_lines("\n".join(output))
@@ -267,13 +270,16 @@ class PciSysfs(FactBase):
         return PciSysfsState()
 
     def command(self) -> str:
-        files = " ".join(f'"$d/{name}"' for name in SYSFS_FILES)
-        aer = " ".join(f'"$d/{name}"' for name in AER_FILES)
+        """The shell's own `read` picks the devices by class; then one grep of their files and
+        one of their AER counters (sysfs paths hold no spaces: plain word lists)."""
+        files = " ".join(f"$d/{name}" for name in SYSFS_FILES)
+        aer = " ".join(f"$d/{name}" for name in AER_FILES)
         return ("if command -v lspci >/dev/null 2>&1; then echo lspci=yes; else echo lspci=no; "
-                "fi; for d in /sys/bus/pci/devices/*; do "
+                "fi; files=; aer=; for d in /sys/bus/pci/devices/*; do "
                 'read -r c < "$d/class" 2>/dev/null || continue; case "$c" in '
-                f"0x03*|0x0604*) grep -H . {files} 2>/dev/null; "
-                f"grep -H -v -E ' 0$' {aer} 2>/dev/null;; esac; done; true")
+                f'0x03*|0x0604*) files="$files {files}"; aer="$aer {aer}";; esac; done; '
+                "[ -n \"$files\" ] && grep -H . $files 2>/dev/null; "
+                "[ -n \"$aer\" ] && grep -H -v -E ' 0$' $aer 2>/dev/null; true")
 
     def process(self, output: list[str]) -> PciSysfsState:
         return parse_pci_sysfs("\n".join(output))

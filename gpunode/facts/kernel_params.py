@@ -102,9 +102,11 @@ def sysctl_refused_command() -> str:
 
 
 def modules_available_command(modules: list[str]) -> str:
-    """Print each module that modprobe can find (in modules.dep or built in)."""
+    """Print each module that modprobe can find (in modules.dep or built in); a loaded one
+    (/sys/module/NAME) without asking modinfo (a process each)."""
     return "; ".join(
-        f"modinfo -F name {shlex.quote(m)} >/dev/null 2>&1 && echo {shlex.quote(m)}"
+        f"{{ [ -e /sys/module/{shlex.quote(m.replace('-', '_'))} ] || "
+        f"modinfo -F name {shlex.quote(m)} >/dev/null 2>&1; }} && echo {shlex.quote(m)}"
         for m in modules
     ) or "true"
 

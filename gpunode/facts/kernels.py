@@ -5,8 +5,8 @@
 - `dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n' 'linux-image-*'
   'proxmox-kernel-*' 'pve-kernel-*'` ("proxmox-kernel-6.8.12-4-pve-signed 6.8.12-4 ii ");
   `dpkg -l` lines ("ii  pve-kernel-5.15.30-2-pve  5.15.30-3  amd64  ...") are read as well;
-- the held packages, one a line, as `apt-mark showhold` prints them (read from dpkg's
-  selections: `facts.apt.HOLDS_COMMAND`).
+- the held packages, one a line, as `apt-mark showhold` prints them (the snapshot takes all
+  three from its one read: `RunningKernel` and gpunode.facts.dpkg.DebianPackages).
 
 Only installed packages count ("ii", or "hi" when held). Package names map to kernel versions:
 `proxmox-kernel-6.17.2-2-pve-signed` and `proxmox-kernel-6.8.12-4-pve` -> "6.17.2-2-pve" /
@@ -28,8 +28,6 @@ import re
 from pydantic import Field
 from pyinfra.api import FactBase
 
-from gpunode.facts.apt import HOLDS_COMMAND
-
 from .debversion import version_key
 from .sections import FactModel
 
@@ -37,7 +35,8 @@ __all__ = [
     "KERNELS_MARKER_DPKG",
     "KERNELS_MARKER_HOLD",
     "KERNELS_MARKER_UNAME",
-    "InstalledKernels",
+    "KERNEL_PATTERNS",
+    "RunningKernel",
     "KernelPackages",
     "kernel_version_from_package",
     "is_kernel_release",
@@ -158,7 +157,7 @@ KERNELS_MARKER_HOLD = "--- gpunode: apt-mark showhold ---"  # kept: captured out
 
 
 def parse_installed_kernels(text: str) -> KernelPackages:
-    """Split the `InstalledKernels` fact output at its marker lines and parse it."""
+    """Split a kernels listing at its marker lines (captured outputs carry them) and parse it."""
     sections: dict[str, list[str]] = {"uname": [], "dpkg": [], "hold": []}
     current: str | None = None
     markers = {
@@ -177,23 +176,16 @@ def parse_installed_kernels(text: str) -> KernelPackages:
     )
 
 
-class InstalledKernels(FactBase):
-    """Running kernel, installed kernel packages and apt holds in one command."""
+#: The packages that install a kernel (kernel_version_from_package says which of them do).
+KERNEL_PATTERNS = ("linux-image-*", "proxmox-kernel-*", "pve-kernel-*")
 
 
-    @staticmethod
-    def default() -> KernelPackages:
-        return KernelPackages(running="")
+class RunningKernel(FactBase):
+    """The running kernel's release, as `uname -r` prints it, read from /proc/version ("Linux
+    version RELEASE (...)") by the shell's own `read` (no process)."""
 
     def command(self) -> str:
-        return (
-            f"echo '{KERNELS_MARKER_UNAME}'; uname -r; "
-            f"echo '{KERNELS_MARKER_DPKG}'; "
-            "dpkg-query -W -f='${Package} ${Version} ${db:Status-Abbrev}\\n' "
-            "'linux-image-*' 'proxmox-kernel-*' 'pve-kernel-*' 2>/dev/null; "
-            f"echo '{KERNELS_MARKER_HOLD}'; "
-            f"{HOLDS_COMMAND}; true"
-        )
+        return 'r=; read -r _ _ r _ < /proc/version; echo "$r"'
 
-    def process(self, output: list[str]) -> KernelPackages:
-        return parse_installed_kernels("\n".join(output))
+    def process(self, output: list[str]) -> str:
+        return output[0].strip() if output else ""

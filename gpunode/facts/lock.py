@@ -2,11 +2,11 @@
 
 pyinfra runs each remote command in its own shell, so no shell can hold a lock for the run.
 The run's first remote step (NodeLock: the first part of the run's one read, asked for by
-every deploy that changes the node) starts a small holder in the background: `flock -n
-/run/gpunode/lock` around a loop that lives as long as the process the run's commands come
-from (the SSH session's sshd, or pyinfra itself with @local). It writes
-/run/gpunode/lock.owner (run id, controller host, user, pid, time) and
-removes it on the way out. So the lock is held exactly while the run's connection is up: a
+every deploy that changes the node) takes `flock` on /run/gpunode/lock, writes
+/run/gpunode/lock.owner (run id, controller host, user, pid, time) and starts a small holder
+in the background that inherits the locked file and lives as long as the process the run's
+commands come from (the SSH session's sshd, or pyinfra itself with @local); it removes the
+owner line on the way out. So the lock is held exactly while the run's connection is up: a
 finished, failed or killed run frees it within a second, a reboot clears /run, and nothing
 has to be released by hand. A second run finds the flock taken (after waiting up to 60 s for
 a run that just ended) and is refused before any change, told the owner line; the same run (a
@@ -46,27 +46,35 @@ def owner_line(run: str) -> str:
 
 def lock_command(run: str, owner: str) -> str:
     """Shell: take the node lock for this run (see the module docstring); prints one line,
-    'gpunode-lock: taken|ours' or 'gpunode-lock: held: OWNER LINE'."""
+    'gpunode-lock: taken|ours' or 'gpunode-lock: held: OWNER LINE'. It runs in a subshell of
+    its own (it ends with `exit`) and starts four processes when the lock is free: flock,
+    the holder (setsid, then its shell) and nothing else: the owner checks are shell builtins.
+
+    The lock is the open file on fd 9: `flock 9` locks it, and the holder, started in the
+    background, inherits fd 9 and so keeps the lock after this shell ends, until it sees the
+    run's process go (it removes the owner line first, while it still holds the lock)."""
     d, q_run, q_owner = shlex.quote(LOCK_DIR), shlex.quote(f"run={run} "), shlex.quote(owner)
-    holder = ('printf "%s\\n" "$1" > "$2.owner.new" && mv -f "$2.owner.new" "$2.owner"; '
-              'while kill -0 "$3" 2>/dev/null; do sleep 1; done; rm -f "$2.owner"')
+    holder = 'while kill -0 "$1" 2>/dev/null; do sleep 1; done; rm -f "$2"'
     return "\n".join([
-        f"d={d}; mkdir -p \"$d\" && chmod 700 \"$d\" || exit 2",
-        "owner() { cat \"$d/lock.owner\" 2>/dev/null || echo 'unknown (no owner file)'; }",
-        f"mine() {{ grep -qsF {q_run} \"$d/lock.owner\"; }}",
-        "if mine && ! flock -n \"$d/lock\" true; then echo 'gpunode-lock: ours'; exit 0; fi",
+        f"( d={d}; [ -d \"$d\" ] || {{ mkdir -p \"$d\" && chmod 700 \"$d\"; }} || exit 2",
+        "owner() { o=; read -r o 2>/dev/null < \"$d/lock.owner\"; "
+        "o=${o:-unknown (no owner file)}; }",
+        f"owner; case \"$o\" in {q_run}*) mine=1;; *) mine=;; esac",
+        "exec 9>>\"$d/lock\"",
+        "if [ -n \"$mine\" ] && ! flock -n 9; then echo 'gpunode-lock: ours'; exit 0; fi",
         # A run that just ended frees the lock within a second or two of its connection closing
         # (a slow guest: longer), so a run that follows at once waits a little for it.
-        f"if ! flock -w {int(LOCK_WAIT_S)} \"$d/lock\" true; then "
-        "echo \"gpunode-lock: held: $(owner)\"; exit 0; fi",
+        f"if ! flock -w {int(LOCK_WAIT_S)} 9; then owner; echo \"gpunode-lock: held: $o\"; "
+        "exit 0; fi",
         "watch=$PPID",
-        f"while [ \"$watch\" -gt 1 ]; do case \"$(cat /proc/$watch/comm 2>/dev/null)\" in "
-        f"{_WRAPPERS}) watch=$(cut -d' ' -f4 /proc/$watch/stat);; *) break;; esac; done",
-        f"setsid flock -n \"$d/lock\" sh -c {shlex.quote(holder)} gpunode-lock {q_owner} "
-        "\"$d/lock\" \"$watch\" </dev/null >/dev/null 2>&1 &",
-        "i=0; while [ $i -lt 100 ]; do mine && { echo 'gpunode-lock: taken'; exit 0; }; "
-        "sleep 0.1; i=$((i+1)); done",
-        "echo \"gpunode-lock: held: $(owner)\"",
+        "while [ \"$watch\" -gt 1 ]; do c=; read -r c 2>/dev/null < /proc/$watch/comm; "
+        "case \"$c\" in "
+        f"{_WRAPPERS}) read -r _ _ _ watch _ < /proc/$watch/stat;; "
+        "*) break;; esac; done",
+        f"printf '%s\\n' {q_owner} > \"$d/lock.owner\" || exit 2",
+        f"setsid sh -c {shlex.quote(holder)} gpunode-lock \"$watch\" \"$d/lock.owner\" "
+        "</dev/null >/dev/null 2>&1 &",
+        "echo 'gpunode-lock: taken' )",
     ])
 
 

@@ -31,7 +31,6 @@ from .pcie import normalize_bdf
 from .sections import FactModel
 
 __all__ = [
-    "NvidiaDriverVersion",
     "NvidiaGpu",
     "NvidiaSmi",
     "NvidiaSmiReport",
@@ -258,17 +257,3 @@ class NvidiaSmi(FactBase):
 
     def process(self, output: list[str]) -> NvidiaSmiReport:
         return parse_nvidia_smi_xml("\n".join(output))
-
-
-class NvidiaDriverVersion(FactBase):
-    """Version of the loaded nvidia kernel module ("550.54.15"), None if not loaded."""
-
-    @staticmethod
-    def default() -> str | None:
-        return None
-
-    def command(self) -> str:
-        return "cat /proc/driver/nvidia/version 2>/dev/null || true"  # the driver's procfs
-
-    def process(self, output: list[str]) -> str | None:
-        return parse_nvidia_proc_version("\n".join(output))

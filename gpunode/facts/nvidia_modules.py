@@ -171,7 +171,8 @@ def parse_module_state(text: str) -> NvidiaModuleState:
 
 
 MODULE_STATE_COMMAND = "; ".join([
-    section_command("proc_version", "cat /proc/driver/nvidia/version"),
+    section_command("proc_version", "[ -e /proc/driver/nvidia/version ] && "
+                    "cat /proc/driver/nvidia/version"),
     section_command("modinfo", "modinfo nvidia | grep -E '^(filename|version|license):'"),
 ])
 

@@ -14,53 +14,33 @@ and for the final verify when anything changed.
 from __future__ import annotations
 
 import hashlib
-import shlex
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from pyinfra import host
-from pyinfra.api import FactBase, FunctionCommand, StringCommand
-from pyinfra.facts.files import FileContents
+from pyinfra.api import FactBase, FunctionCommand
 
-from gpunode.facts.apt import AptCandidates, AptHolds
-from gpunode.facts.audit import (
-    NVIDIA_PACKAGE_PATTERNS,
-    AuditExtras,
-    AuditFacts,
-    IommuState,
-    audit_text,
-)
+from gpunode.facts.audit import IommuState
 from gpunode.facts.bandwidth import BandwidthResults
-from gpunode.facts.boot_modules import BootModules, KernelModuleTrees
-from gpunode.facts.cmdline import CmdlineState, KernelCmdline
+from gpunode.facts.boot_modules import BootModules
+from gpunode.facts.cmdline import CmdlineState
 from gpunode.facts.containers import ContainerState
-from gpunode.facts.cpu import CpuPower, CpuState
-from gpunode.facts.dpkg import InstalledPackages
-from gpunode.facts.engine_read import EngineProcesses, EngineReadState
+from gpunode.facts.cpu import CpuState
+from gpunode.facts.engine_read import EngineReadState
 from gpunode.facts.gpu_details import GpuDetails, NvlinkGpu, UnitState
-from gpunode.facts.gpu_health import KernelXids, PciSysfs, PciSysfsState, XidLog
+from gpunode.facts.gpu_health import PciSysfsState, XidLog
 from gpunode.facts.gpu_numa import GpuNuma
 from gpunode.facts.gpu_topology import GpuTopology
-from gpunode.facts.kernel_params import KernelParams, KernelParamsState
-from gpunode.facts.kernels import InstalledKernels, KernelPackages
-from gpunode.facts.lock import LOCK_FILE, LockState, NodeLock
-from gpunode.facts.nvidia import NvidiaDriverVersion, NvidiaSmi, NvidiaSmiReport
-from gpunode.facts.nvidia_devices import HostNvidiaNodes
-from gpunode.facts.nvidia_modules import NvidiaKernelModule, NvidiaModuleState
-from gpunode.facts.nvidia_params import NvidiaModuleParams
-from gpunode.facts.owned import (
-    DirEntries,
-    FileState,
-    KeptOriginals,
-    NodeState,
-    OwnedFiles,
-    RecordedState,
-)
-from gpunode.facts.pcie import PcieDevice, PcieDevices, PciPaths
-from gpunode.facts.pcie_refusals import MaxReadReqRefusals
-from gpunode.facts.proxmox import ProxmoxBootInfo, ProxmoxBootTool, PveVersion, PveVersionFact
+from gpunode.facts.kernel_params import KernelParamsState
+from gpunode.facts.kernels import KernelPackages
+from gpunode.facts.lock import LOCK_FILE, LockState
+from gpunode.facts.nvidia import NvidiaSmiReport
+from gpunode.facts.nvidia_modules import NvidiaModuleState
+from gpunode.facts.owned import FileState, NodeState
+from gpunode.facts.pcie import PcieDevice
+from gpunode.facts.proxmox import ProxmoxBootInfo, PveVersion
 from gpunode.facts.sections import fact_data
-from gpunode.facts.systemd import SystemdUnits, Unit, parse_units
+from gpunode.facts.systemd import Unit
 from gpunode.pyinfra_adapter import (
     current_state,
     diff_requested,
@@ -228,168 +208,6 @@ class Snapshot(BaseModel):
         return self.files.get(path)
 
 
-# --- the one command ----------------------------------------------------------------------
-
-SYSTEMD_RUNTIME = "/run/systemd/system"
-"""Exists only when systemd is PID 1 (sd_booted)."""
-
-def sections(needs: Needs) -> dict[str, tuple[type[FactBase], dict[str, Any]]]:
-    """Each part the read holds: name -> (the fact whose command and parser it uses, its
-    arguments). Always the node's tuning state; the rest as the needs say."""
-    parts: dict[str, tuple[type[FactBase], dict[str, Any]]] = {
-        **({"lock": (NodeLock, {})} if needs.lock else {}),
-        "cmdline": (KernelCmdline, {}),
-        "cpu": (CpuPower, {}),
-        "kernel": (KernelParams, {"sysctl_keys": list(needs.sysctl_keys),
-                                  "modules": list(needs.modules)}),
-        "pcie": (PcieDevices, {}),
-        "mrrs_refused": (MaxReadReqRefusals, {}),
-        "pci_paths": (PciPaths, {}),
-        "folders": (DirEntries, {"paths": [SYSTEMD_RUNTIME, *needs.folders]}),
-    }
-    optional: list[tuple[bool, str, type[FactBase], dict[str, Any]]] = [
-        (bool(needs.files), "files", OwnedFiles, {"paths": list(needs.files)}),
-        (bool(needs.originals), "originals", KeptOriginals, {"paths": list(needs.originals)}),
-        (bool(needs.units), "units", SystemdUnits, {"services": list(needs.units)}),
-        (bool(needs.packages), "packages", InstalledPackages, {"patterns": list(needs.packages)}),
-        (bool(needs.candidates), "candidates", AptCandidates,
-         {"packages": list(needs.candidates)}),
-        (needs.holds, "holds", AptHolds, {}),
-        (needs.record, "recorded", RecordedState, {}),
-        (needs.nvidia or needs.audit, "nvidia", NvidiaSmi, {}),
-        (needs.nvidia or needs.audit, "driver_loaded", NvidiaDriverVersion, {}),
-        (needs.nvidia_module, "nvidia_module", NvidiaKernelModule, {}),
-        (needs.kernels or needs.audit, "kernels", InstalledKernels, {}),
-        (needs.kernels or needs.audit, "pve", PveVersionFact, {}),
-        (needs.kernels, "boot_tool", ProxmoxBootTool, {}),
-        (needs.kernels or needs.audit, "boot_modules", KernelModuleTrees, {}),
-        (bool(needs.module_params), "module_params", NvidiaModuleParams,
-         {"params": list(needs.module_params)}),
-        (needs.audit, "xids", KernelXids, {}),
-        (needs.audit, "pci_sysfs", PciSysfs, {}),
-        (needs.audit, "nvidia_nodes", HostNvidiaNodes, {}),
-        (needs.audit, "driver_packages", InstalledPackages,
-         {"patterns": NVIDIA_PACKAGE_PATTERNS}),
-        (needs.audit, "audit", AuditFacts, {}),
-        (needs.audit, "engines", EngineProcesses, {}),
-    ]
-    parts.update({name: (fact, kwargs) for wanted, name, fact, kwargs in optional if wanted})
-    parts.update({f"contents:{path}": (FileContents, {"path": path}) for path in needs.contents})
-    parts.update({f"part:{part.name}": (part.fact, dict(part.kwargs)) for part in needs.parts})
-    return parts
-
-
-BEGIN = "@@gpunode-read:begin:"
-END = "@@gpunode-read:end:"
-MISSING_COMMAND = "@@gpunode-read:missing-command"
-
-
-def _call(attribute: Any, kwargs: dict[str, Any]) -> Any:
-    return attribute(**kwargs) if callable(attribute) else attribute
-
-
-def section_command(name: str, fact: type[FactBase], kwargs: dict[str, Any]) -> StringCommand:
-    """Begin marker, the fact's own command (guarded by its requires_command as pyinfra guards
-    it; stderr dropped), then an end marker with its exit status."""
-    instance = fact()
-    command = _call(instance.command, kwargs)
-    required = _call(instance.requires_command, kwargs)
-    body = StringCommand("(", command, ")") if not required else StringCommand(
-        "if", "command", "-v", required, ">/dev/null", "2>&1;", "then", "(", command, ");",
-        "else", "echo", f"'{MISSING_COMMAND}';", "fi")
-    return StringCommand(f"echo {shlex.quote(BEGIN + name)};", "{", body, "2>/dev/null;", "}",
-                         f"; s=$?; printf '\\n{END}%s\\n' \"$s\"")
-
-
-def split_sections(lines: list[str]) -> dict[str, tuple[int, list[str]]]:
-    """Output lines of NodeRead -> name -> (exit status, lines); unterminated parts dropped."""
-    found: dict[str, tuple[int, list[str]]] = {}
-    name: str | None = None
-    body: list[str] = []
-    for line in lines:
-        if line.startswith(BEGIN):
-            name, body = line[len(BEGIN):], []
-        elif line.startswith(END) and name is not None:
-            if body and body[-1] == "":  # the printf's newline
-                body = body[:-1]
-            found[name] = (int(line[len(END):] or 1), body)
-            name = None
-        elif name is not None:
-            body.append(line)
-    return found
-
-
-_NO_VALUE = object()
-
-
-def section_value(fact: type[FactBase], kwargs: dict[str, Any], status: int,
-                  lines: list[str]) -> Any:
-    """What host.get_fact(fact, **kwargs) returns for this output (_NO_VALUE: it failed)."""
-    instance = fact()
-    if status != 0:
-        return _NO_VALUE
-    if not lines or lines == [MISSING_COMMAND]:
-        return instance.default()
-    _call(instance.command, kwargs)  # some facts keep their arguments for process()
-    try:
-        return instance.process(lines)
-    except Exception:  # noqa: BLE001 - a part that can't be parsed is a part not read
-        return _NO_VALUE
-
-
-def snapshot_values(needs: Needs, lines: list[str]) -> dict[str, Any]:
-    """The NodeRead output as the Snapshot's fields."""
-    parts = sections(needs)
-    raw = split_sections(lines)
-    values: dict[str, Any] = {}
-    for name, (fact, kwargs) in parts.items():
-        status, body = raw.get(name, (1, []))
-        if name == "audit":
-            body = audit_text(body, {other: raw.get(other, (1, []))[1] for other in raw})
-        value = section_value(fact, kwargs, status, body)
-        if value is not _NO_VALUE and value is not None:  # None: the Snapshot's default
-            values[name] = value
-    return shaped(values)
-
-
-def shaped(values: dict[str, Any]) -> dict[str, Any]:
-    """The parts' values under the Snapshot's field names."""
-    out = {name: value for name, value in values.items()
-           if name not in ("audit", "units") and ":" not in name}
-    for prefix in ("contents", "part"):
-        out["parts" if prefix == "part" else prefix] = {
-            name.split(":", 1)[1]: value for name, value in values.items()
-            if name.startswith(f"{prefix}:")}
-    if "units" in values:
-        out["units"] = parse_units(values["units"])
-    recorded = values.get("recorded")
-    if isinstance(recorded, dict) and "damaged" in recorded:
-        out["record_damaged"] = str(recorded["damaged"])
-        del out["recorded"]
-    if "audit" in values:
-        extras: AuditExtras = values["audit"]
-        out.update(extras.snapshot_fields())
-    return out
-
-
-class NodeRead(FactBase):
-    """Everything the needs name, in one command (see sections()); a `Snapshot`."""
-
-    @staticmethod
-    def default() -> Snapshot:
-        return Snapshot()
-
-    def command(self, needs: Needs | None = None) -> StringCommand:
-        # pyinfra calls command() then process() on one instance (as its Sha1File does)
-        self.needs = needs or Needs()
-        parts = sections(self.needs)
-        return StringCommand(*[piece for name, (fact, kwargs) in parts.items()
-                               for piece in (section_command(name, fact, kwargs), ";")], "true")
-
-    def process(self, output: list[str]) -> Snapshot:
-        return Snapshot.model_validate(snapshot_values(getattr(self, "needs", Needs()), output))
-
-
 # --- the run's snapshot of each host -------------------------------------------------------
 
 _STORE = "_gpunode_snapshots"
@@ -418,6 +236,8 @@ def _as_snapshot(value: Any) -> Snapshot:
 
 
 def _read(needs: Needs) -> Snapshot:
+    from gpunode.facts.node_read import NodeRead  # it builds on this module's models
+
     snapshot = _as_snapshot(host.get_fact(NodeRead, needs=needs))
     _store()[host.name] = _Held(needs, snapshot)
     return snapshot
@@ -438,6 +258,8 @@ def read_node(needs: Needs) -> Snapshot:
 def node() -> Snapshot:
     """The current host's snapshot: the run's (read again when stale), or, outside a gpunode
     deploy (an operation test), the NodeRead fact as given."""
+    from gpunode.facts.node_read import NodeRead  # it builds on this module's models
+
     held = _held()
     if held is None:
         return _as_snapshot(host.get_fact(NodeRead))

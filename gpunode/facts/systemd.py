@@ -25,7 +25,8 @@ def parse_units(lines: list[str]) -> dict[str, Unit]:
 
 
 class SystemdUnits(FactBase):
-    """`systemctl show` of the units' Id, SubState and UnitFileState (raw lines: parse_units)."""
+    """`systemctl show` of the units' Id, SubState, UnitFileState and ActiveState (raw lines:
+    parse_units; the audit reads nvidia-persistenced's ActiveState from them)."""
 
     def requires_command(self, services: list[str]) -> str:
         return "systemctl"
@@ -33,7 +34,8 @@ class SystemdUnits(FactBase):
     def command(self, services: list[str]) -> StringCommand:
         return StringCommand(
             "systemctl", "show", "--all", "--property", "Id", "--property", "SubState",
-            "--property", "UnitFileState", *(QuoteString(unit) for unit in services),
+            "--property", "UnitFileState", "--property", "ActiveState",
+            *(QuoteString(unit) for unit in services),
         )
 
     def process(self, output: list[str]) -> list[str]:

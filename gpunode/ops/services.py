@@ -7,7 +7,8 @@ import shlex
 from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
 
-from gpunode.facts.snapshot import SYSTEMD_RUNTIME, node
+from gpunode.facts.node_read import SYSTEMD_RUNTIME
+from gpunode.facts.snapshot import node
 from gpunode.ops.changes import log_wrapped, report_change
 
 

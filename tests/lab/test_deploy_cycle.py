@@ -153,7 +153,7 @@ def test_1b_audit_reports_every_failing_host_of_a_fleet(cycle, tmp_path):
     assert live_state(cycle["vm"], cycle["profile"]) == cycle["fresh"]
 
 
-BUNDLE = "gpunode.facts.snapshot.NodeRead"
+BUNDLE = "gpunode.facts.node_read.NodeRead"
 
 
 def test_2_apply_sets_live_values_and_reports_refused_maxreadreq(cycle):

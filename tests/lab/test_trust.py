@@ -74,11 +74,11 @@ def test_damaged_state_and_a_held_lock_are_refused_naming_them(lab_vm):
         assert run.returncode != 0 and f"{STATE} is damaged" in run.log and "Fix:" in run.log
     finally:
         sh(lab_vm, f"cp -p /root/state.lab {STATE}")
-    # The lock command ends its shell (exit 0) once taken: run it in a subshell so that this
-    # SSH session, whose life the lock's holder follows, stays up (sleep) like a run's.
+    # The lock command is a subshell of its own (it ends with exit): this SSH session, whose
+    # life the lock's holder follows, stays up after it (sleep) like a run's.
     holder = subprocess.Popen(
-        lab_vm.ssh_argv("(" + lock_command("labtest1", "run=labtest1 controller=lab-test") +
-                        ")\nsleep 600"),
+        lab_vm.ssh_argv(lock_command("labtest1", "run=labtest1 controller=lab-test") +
+                        "\nsleep 600"),
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
     try:
         assert holder.stdout is not None and "gpunode-lock: taken" in holder.stdout.readline()

@@ -12,7 +12,8 @@ from pyinfra.api.connect import connect_all
 from pyinfra.api.deploy import add_deploy
 from pyinfra.api.host import Host
 
-from gpunode.facts.snapshot import NodeRead, read_node
+from gpunode.facts.node_read import NodeRead
+from gpunode.facts.snapshot import read_node
 from gpunode.profile.node import NodeProfile
 from gpunode.pyinfra_adapter import deploy
 from gpunode.roles import host_tuning

@@ -13,7 +13,6 @@ from gpunode.facts.audit import (
 )
 from gpunode.facts.containers import parse_container_exec
 from gpunode.facts.gpu_details import parse_gpu_details, parse_nvlink_status
-from gpunode.facts.kernels import InstalledKernels
 from gpunode.facts.pcie import parse_pci_paths
 from gpunode.facts.sections import MARKER
 
@@ -117,21 +116,18 @@ def _b64(text: str) -> str:
 def test_whole_output_of_a_proxmox_gpu_host():
     """The fact's output as the host prints it, sections filled with captures."""
     xml = read("nvidia/nvidia_smi_q_x_a100_sxm4_80gb_mig_535.xml")
-    kernels = ("--- gpunode: uname -r ---\n6.8.12-5-pve\n--- gpunode: dpkg-query kernels ---\n"
-               "proxmox-kernel-6.8.12-6-pve-signed 6.8.12-6 ii \n"
-               "proxmox-kernel-6.8.12-5-pve-signed 6.8.12-5 ii \n"
-               "--- gpunode: apt-mark showhold ---\n")
     gpu_conf = read("lxc/composed-gpu-pending-snapshots-110.conf")
     text = "".join([
         _section("iommu_groups", "0\n1"),
         _section("iommu_types", "/sys/kernel/iommu_groups/0/type:identity\n"
                  "/sys/kernel/iommu_groups/1/type:identity"),
         _section("pci_paths", "/sys/devices/pci0000:00/0000:00:01.1/0000:01:00.0"),
-        _section("nvidia_version", read("nvidia/proc_driver_nvidia_version_550.54.15.txt")),
         _section("nvidia_smi", xml),
         _section("nvlink", read("audit/nvlink_s_h100_pcie_x2_nvlink_555.txt")),
-        _section("nvidia_packages", "nvidia-driver 550.54.15-1 ii \nlibcuda1 550.54.15-1 ii "),
-        _section("kernels", kernels),
+        _section("persistenced", "installed=yes"),
+        _section("units", "Id=gpunode-tune.service\nSubState=exited\nUnitFileState=enabled\n"
+                 "ActiveState=active\n\nId=nvidia-persistenced.service\nSubState=dead\n"
+                 "UnitFileState=disabled\nActiveState=inactive"),
         _section("pveversion", read("proxmox/pveversion_8.0.3.txt")),
         _section("boot_kernels", read("proxmox/boot_tool_kernel_list_pinned_3kernels.txt")),
         _section("has_pct", "yes"),
@@ -149,9 +145,8 @@ def test_whole_output_of_a_proxmox_gpu_host():
     assert extras.nvidia.present and extras.nvidia.driver_version == "535.54.03"
     assert list(extras.gpu_details) == ["0000:01:00.0"]
     assert [g.active_links for g in extras.nvlink] == [12, 12]
-    assert extras.driver_loaded == "550.54.15" and extras.driver_open is False
-    assert extras.driver_packages == {"nvidia-driver": "550.54.15-1", "libcuda1": "550.54.15-1"}
-    assert (extras.kernels.running, extras.kernels.newest) == ("6.8.12-5-pve", "6.8.12-6-pve")
+    assert (extras.persistenced.installed, extras.persistenced.enabled,
+            extras.persistenced.active) == (True, "disabled", "inactive")
     assert extras.pve.manager_version == "8.0.3"
     assert extras.boot_pinned == "6.5.13-6-pve"
     ct102, ct110 = extras.containers
@@ -162,13 +157,12 @@ def test_whole_output_of_a_proxmox_gpu_host():
 
 def test_host_without_anything():
     """A container without GPUs, Proxmox or sysfs: every section empty."""
-    names = ["iommu_groups", "iommu_types", "pci_paths", "nvidia_version", "nvidia_smi",
-             "nvlink", "nvidia_packages", "kernels", "pveversion", "boot_kernels", "has_pct",
-             "pct_list", "containers"]
+    names = ["iommu_groups", "iommu_types", "pci_paths", "nvidia_smi", "nvlink", "units",
+             "pveversion", "boot_kernels", "has_pct", "pct_list", "containers"]
     extras = parse_audit_sections("".join(_section(n, "") for n in names))
     assert extras.iommu.groups == 0
-    assert not extras.nvidia.present and extras.nvlink == [] and extras.driver_loaded is None
-    assert extras.kernels.installed == [] and not extras.pve.present
+    assert not extras.nvidia.present and extras.nvlink == []
+    assert not extras.persistenced.installed and not extras.pve.present
     assert extras.containers is None
     assert AuditFacts().process([]) == AuditFacts.default()
 
@@ -179,9 +173,9 @@ def test_unreadable_container_config_is_not_a_gpu_verdict():
     assert (ct.vmid, ct.config_read, ct.gpu) == (110, False, False)
 
 
-def test_command_shares_the_kernel_part_and_probes_only_running_gpu_containers():
-    assert InstalledKernels().command() not in AUDIT_COMMAND  # the snapshot's own part
-    assert SHARED_PARTS["kernels"] == "kernels"
+def test_command_shares_the_units_part_and_probes_only_running_gpu_containers():
+    assert "systemctl" not in AUDIT_COMMAND and "modinfo" not in AUDIT_COMMAND  # the snapshot's
+    assert SHARED_PARTS["units"] == "units"
     assert "pct status \"$id\" 2>/dev/null | grep -q running" in AUDIT_COMMAND
     assert "grep -q '/dev/nvidia'" in AUDIT_COMMAND
     assert "nvidia-smi --query-gpu=driver_version --format=csv,noheader" in AUDIT_COMMAND

@@ -23,8 +23,9 @@ from pyinfra.context import ctx_host, ctx_state
 
 from gpunode.facts.audit import AuditFacts
 from gpunode.facts.kernel_params import KernelParams
+from gpunode.facts.node_read import BEGIN, END, NodeRead, sections
 from gpunode.facts.sections import MARKER
-from gpunode.facts.snapshot import BEGIN, END, Needs, NodeRead, sections
+from gpunode.facts.snapshot import Needs
 from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.run import audit_node
 from gpunode.roles.audit.snapshot import gather_snapshot

@@ -6,7 +6,6 @@ from gpunode.facts.kernels import (
     KERNELS_MARKER_DPKG,
     KERNELS_MARKER_HOLD,
     KERNELS_MARKER_UNAME,
-    InstalledKernels,
     kernel_version_from_package,
     kernel_version_key,
     parse_installed_kernels,
@@ -71,7 +70,7 @@ def test_natural_sort_and_headers_ignored():
 
 def test_fact_output_from_a_container_without_kernel_packages():
     text = read("kernels/installed_kernels_fact_firecracker_container.txt")
-    kernels = InstalledKernels().process(text.splitlines())
+    kernels = parse_installed_kernels(text)
     assert kernels.running == "6.18.44-fc-v1098"
     assert kernels.installed == [] and kernels.newest is None
     assert kernels.held_packages == []
@@ -150,12 +149,3 @@ def test_empty_inputs(text):
     kernels = parse_kernel_packages("", text, "")
     assert kernels.running == ""
     assert kernels.installed == [] and kernels.newest is None and kernels.held_packages == []
-
-
-def test_fact_command_has_all_three_sections():
-    command = InstalledKernels().command()
-    for marker in (KERNELS_MARKER_UNAME, KERNELS_MARKER_DPKG, KERNELS_MARKER_HOLD):
-        assert marker in command
-    assert "${db:Status-Abbrev}" in command
-    assert command.endswith("true")
-    assert InstalledKernels().default().installed == []

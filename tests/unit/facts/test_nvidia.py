@@ -5,12 +5,12 @@ import subprocess
 import pytest
 
 from gpunode.facts.nvidia import (
-    NvidiaDriverVersion,
     NvidiaSmi,
     nvidia_module_is_open,
     parse_nvidia_proc_version,
     parse_nvidia_smi_xml,
 )
+from gpunode.facts.nvidia_modules import NvidiaKernelModule
 
 from ._data import read
 
@@ -114,10 +114,8 @@ def test_facts_never_fail_without_the_driver():
     assert smi.command().endswith("|| true")
     assert smi.default().present is False
     assert smi.process([]).present is False
-    version = NvidiaDriverVersion()
-    # this machine has no NVIDIA driver: the real command exits 0 and prints nothing
-    run = subprocess.run(["sh", "-c", version.command()], capture_output=True, text=True)
-    assert (run.returncode, run.stdout, run.stderr) == (0, "", "")
-    assert version.default() is None
-    lines = read("nvidia/proc_driver_nvidia_version_550.54.15.txt").splitlines()
-    assert version.process(lines) == "550.54.15"
+    module = NvidiaKernelModule()
+    # this machine has no NVIDIA driver: the real command exits 0, and reads as no module
+    run = subprocess.run(["sh", "-c", module.command()], capture_output=True, text=True)
+    assert run.returncode == 0 and run.stderr == ""
+    assert module.process(run.stdout.splitlines()).loaded_version is None

@@ -1,4 +1,4 @@
-"""The snapshot's one read (gpunode.facts.snapshot.NodeRead) run in a real shell.
+"""The snapshot's one read (gpunode.facts.node_read.NodeRead) run in a real shell.
 
 The systemd part: a stand-in systemctl on PATH prints the lab guest's captured output
 (tests/data/systemd/, systemd 257 on Debian 13), keeping only the properties it is asked for,
@@ -19,19 +19,18 @@ from pyinfra.api.host import Host
 from pyinfra.context import ctx_host, ctx_state
 from pyinfra.facts.systemd import SystemdEnabled, SystemdStatus
 
+from gpunode.facts.node_read import MISSING_COMMAND, NodeRead, sections, split_sections
 from gpunode.facts.snapshot import (
-    MISSING_COMMAND,
     Needs,
-    NodeRead,
     Part,
     Snapshot,
     node,
     node_changed,
     read_node,
-    sections,
-    split_sections,
 )
 from gpunode.facts.systemd import Unit
+
+from ._data import read as read_capture
 
 REAL_GET_FACT = Host.get_fact
 DATA = Path(__file__).parents[2] / "data" / "systemd" / "show-units-trixie.txt"
@@ -120,9 +119,58 @@ def test_parts_not_needed_are_not_in_the_command():
     plain = set(sections(Needs()))
     assert plain == {"cmdline", "cpu", "kernel", "pcie", "mrrs_refused", "pci_paths", "folders"}
     wide = set(sections(Needs(audit=True, record=True, holds=True, units=("a.service",))))
-    assert {"audit", "nvidia", "driver_loaded", "kernels", "pve", "driver_packages",
-            "recorded", "holds", "units"} <= wide
+    assert {"audit", "nvidia", "nvidia_module", "running_kernel", "pve", "dpkg", "recorded",
+            "units"} <= wide
     assert "boot_tool" not in wide  # proxmox-boot-tool status mounts the ESPs: pins only
+
+
+def test_one_source_is_read_once_and_gives_every_field_taken_from_it():
+    """One dpkg-query (packages, holds, kernels, headers, NVIDIA packages), one module read
+    (the loaded driver, the audit's flavours), one systemctl (units, persistenced)."""
+    needs = Needs(audit=True, kernels=True, holds=True, packages=("kmod",),
+                  units=("gpunode-tune.service",))
+    fact = NodeRead()  # pyinfra calls command() then process() on one instance
+    command = fact.command(needs=needs).get_raw_value()
+    assert command.count("dpkg-query -W") == 1 and command.count("systemctl show --all") == 1
+    assert command.count("modinfo nvidia") == 1
+    assert command.count("journalctl") == 1
+    dpkg = [f"{status}\t{want}\t{name}\t{name}\t{version}\tamd64" for status, want, name, version
+            in [("ii ", "install", "dpkg", "1.22.21"), ("ii ", "install", "kmod", "34.2-2"),
+                ("hi ", "hold", "proxmox-kernel-6.8.12-6-pve-signed", "6.8.12-6"),
+                ("ii ", "install", "proxmox-kernel-6.8.12-5-pve-signed", "6.8.12-5"),
+                ("ii ", "install", "proxmox-headers-6.8.12-6-pve", "6.8.12-6"),
+                ("ii ", "install", "nvidia-driver", "550.54.15-1"),
+                ("ii ", "install", "libcuda1", "550.54.15-1")]]
+    proc_version = read_capture("nvidia/proc_driver_nvidia_version_550.54.15.txt").splitlines()
+    parts = {
+        "dpkg": dpkg, "running_kernel": ["6.8.12-5-pve"],
+        "boot_modules": ["kernel=6.8.12-6-pve", "build=6.8.12-6-pve",
+                         "/lib/modules/6.8.12-6-pve/updates/dkms/nvidia.ko"],
+        "nvidia_module": ["@@gpunode:proc_version", *proc_version, "",
+                          "@@gpunode:modinfo", "license:        NVIDIA", ""],
+        "units": ["Id=gpunode-tune.service", "SubState=exited", "UnitFileState=enabled",
+                  "ActiveState=active", "", "Id=nvidia-persistenced.service", "SubState=running",
+                  "UnitFileState=enabled", "ActiveState=active"],
+        "audit": ["@@gpunode:persistenced", "installed=yes"],
+    }
+    lines = [line for name, body in parts.items()
+             for line in (f"@@gpunode-read:begin:{name}", *body, "@@gpunode-read:end:0")]
+    snapshot = fact.process(lines)
+    assert snapshot.packages == {"kmod": "34.2-2"}
+    assert snapshot.holds == ["proxmox-kernel-6.8.12-6-pve-signed"]
+    assert snapshot.kernels is not None and (snapshot.kernels.running, snapshot.kernels.newest,
+                                             snapshot.kernels.held_packages) == (
+        "6.8.12-5-pve", "6.8.12-6-pve", ["proxmox-kernel-6.8.12-6-pve-signed"])
+    assert snapshot.boot_modules is not None
+    assert snapshot.boot_modules.headers == ["proxmox-headers-6.8.12-6-pve"]
+    assert snapshot.boot_modules.kernels["6.8.12-6-pve"].build
+    assert snapshot.driver_packages == {"nvidia-driver": "550.54.15-1", "libcuda1": "550.54.15-1"}
+    assert (snapshot.driver_loaded, snapshot.driver_open) == ("550.54.15", False)
+    assert snapshot.module_installed_flavour == "proprietary"
+    assert snapshot.nvidia_module is None  # not asked for: read for the fields above only
+    assert snapshot.unit("gpunode-tune.service").active
+    assert snapshot.persistenced is not None
+    assert (snapshot.persistenced.installed, snapshot.persistenced.active) == (True, "active")
 
 
 def test_a_failed_or_missing_part_keeps_its_default():

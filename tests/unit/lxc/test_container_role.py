@@ -89,7 +89,7 @@ def test_install_line_pins_every_package_without_recommends():
 def test_refusal_after_a_fresh_look_when_executing(monkeypatch):
     """At execution: apt-get update runs first, then the second look refuses."""
     facts = {
-        "snapshot.NodeRead": {"parts": {"apt_versions": {"libcuda1": ["535.216.01-1~deb12u1"]}}},
+        "node_read.NodeRead": {"parts": {"apt_versions": {"libcuda1": ["535.216.01-1~deb12u1"]}}},
         "facts.AptVersions": {"packages=['libcuda1']": {"libcuda1": ["535.216.01-1~deb12u1"]}},
         "apt_sources.AptUpdateLog": {"rc": 0, "problems": [], "tail": []},
     }
@@ -112,7 +112,7 @@ def test_refusal_names_a_rejected_repository_signature(monkeypatch):
     source = "deb [signed-by=/k.gpg] https://developer.download.nvidia.com/compute/cuda/repos/" \
         "ubuntu2404/x86_64/ /\n"
     facts = {
-        "snapshot.NodeRead": {"parts": {"apt_versions": {}}},
+        "node_read.NodeRead": {"parts": {"apt_versions": {}}},
         "facts.AptVersions": {"packages=['libcuda1']": {}},
         "apt_sources.AptUpdateLog": result.to_json(),
         "apt_sources.AptSources": [s.to_json() for s in parse_sources_list(

@@ -8,8 +8,9 @@ from pyinfra.api import Config, Inventory, State
 from pyinfra.api.connect import connect_all
 from pyinfra.api.deploy import add_deploy
 
+from gpunode.facts.node_read import NodeRead
 from gpunode.facts.nvidia_devices import DeviceNode
-from gpunode.facts.snapshot import NodeRead, Snapshot
+from gpunode.facts.snapshot import Snapshot
 from gpunode.profile.container import ContainerSpec
 from gpunode.roles.lxc_gpu import lxc_gpu
 from gpunode.roles.lxc_gpu.plan import edit_config_text

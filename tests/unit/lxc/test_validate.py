@@ -6,8 +6,9 @@ import pytest
 
 from gpunode.facts.gpu_numa import GpuNuma
 from gpunode.facts.lxc import PveGuest
+from gpunode.facts.node_read import NodeRead
 from gpunode.facts.nvidia_devices import parse_nvidia_dev_listing, parse_proc_devices
-from gpunode.facts.snapshot import NodeRead, Snapshot
+from gpunode.facts.snapshot import Snapshot
 from gpunode.profile.container import ContainerSpecError
 from gpunode.roles.lxc_gpu.validate import (
     ContainerDeployError,
@@ -121,8 +122,6 @@ class FakeHost:
             return {"node": f.node, "guests": {k: vars(g) for k, g in f.guests.items()}}
         if name == "NvidiaDevices":
             return {"majors": f.majors, "devices": [vars(d) for d in f.devices]}
-        if name == "NvidiaDriverVersion":
-            return f.driver
         if name == "PveLxcConfigText":
             return f.configs.get(kwargs["vmid"])
         if name == "PveVersionFact":

@@ -17,6 +17,6 @@ for _folder in sorted(FIXTURES.glob("*/*.*")):
     _base = "gpunode.ops" if _package == "ops" else f"gpunode.roles.{_package}"
     globals()[_name] = make_operation_tests(_base, _folder.name, _folder)
 
-# Each case gives the operation its snapshot (facts: snapshot.NodeRead: the Snapshot's fields
+# Each case gives the operation its snapshot (facts: node_read.NodeRead: the Snapshot's fields
 # the operation reads). pyinfra_testing's create_host names the fake host after the last fact
-# it was given, so the host name in expected error messages is "snapshot.NodeRead: ...".
+# it was given, so the host name in expected error messages is "node_read.NodeRead: ...".
