@@ -23,7 +23,7 @@ sysctl keys, modules, owned files and their originals, folders, units, packages,
 parameters, and the flags (kernels, nvidia, record, audit: a `-y` run's read holds the
 verify's audit parts). The files and folders behind the sections every NodeRead holds
 whatever the needs (kernel cmdline, CPU power, PCIe, memlock, /run/gpunode's refusal records)
-and behind the audit's are written out here by hand, from gpunode.facts.snapshot.sections()
+and behind the audit's are written out here by hand, from gpunode.facts.node_read.sections()
 and the facts' own commands: FIXED_*, AUDIT_*.
 
 Left out, on purpose: the node lock (a write, not a read: its cost shows in the one read's

@@ -3,8 +3,9 @@
 Step 2 of the flow (docs/design.md): profile -> **snapshot** -> plan -> commands -> read-back.
 
 A deploy says what its roles need (`Needs`: plain paths, units, packages and a few flags, each
-role's `needs(profile)`), and `read_node()` reads all of it in one command (`NodeRead`: each
-part's own command between markers, each parsed by its own pure parser) into a `Snapshot`.
+role's `needs(profile)`), and `read_node()` reads all of it in one command (`NodeRead`, in
+gpunode.facts.node_read: each part's own command between markers, each parsed by its own
+pure parser) into a `Snapshot`.
 Every operation of the run plans from that snapshot (`node()`), in the dry run and in the
 apply alike, so both say the same. The node is read again only where it really changed under
 the run: after an operation that installs packages or reboots (it yields `node_changed()`),

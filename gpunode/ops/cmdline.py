@@ -17,12 +17,11 @@ from __future__ import annotations
 
 import re
 import shlex
-from io import StringIO
 from pathlib import Path
 from typing import Any
 
 from pyinfra import host
-from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
+from pyinfra.api import OperationError, StringCommand, operation
 
 from gpunode.facts.cmdline import (
     GPUNODE_GRUB_DROPIN,
@@ -47,6 +46,7 @@ from gpunode.ops.files import (
     keep_original_command,
     latest_backup,
     render_template,
+    staged_write,
     temp_path,
 )
 from gpunode.ops.shell import argv_text
@@ -65,14 +65,13 @@ def set_grub_default_entry(text: str, entry: str) -> str:
 
 
 def replace_with_rollback(dest: str, text: str, refresh: str) -> list[Any]:
-    """In one command keep the original and back up dest; upload; in one command rename the
-    new text over dest and refresh, on a failed refresh putting the backup back, else keeping
-    a copy of what was written (undo compares the file with it)."""
+    """Keep the original and back up dest; the new text beside it; rename it over dest and
+    refresh (one command, or three: staged_write), on a failed refresh putting the backup
+    back, else keeping a copy of what was written (undo compares the file with it)."""
     temp = temp_path(dest)
     q_dest, q_temp = shlex.quote(dest), shlex.quote(temp)
-    return [
-        joined_command(keep_original_command(dest), backup_command(dest)),
-        FileUploadCommand(StringIO(text), temp),
+    return staged_write(
+        joined_command(keep_original_command(dest), backup_command(dest)), text, temp,
         StringCommand(
             f"chown root:root {q_temp} && chmod 644 {q_temp} && mv -f {q_temp} {q_dest} && "
             f"{{ {refresh} || {{ cp -p {latest_backup(dest)} {q_dest}; "
@@ -80,8 +79,7 @@ def replace_with_rollback(dest: str, text: str, refresh: str) -> list[Any]:
             "exit 1; }; } && "
             f"mkdir -p {shlex.quote(str(Path(written_path(dest)).parent))} && "
             f"cp -p {q_dest} {shlex.quote(written_path(dest))}"
-        ),
-    ]
+        ))
 
 
 def overriding_dropins(state: CmdlineState, entry: str | None) -> list[str]:

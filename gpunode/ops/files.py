@@ -100,19 +100,34 @@ def latest_backup(dest: str) -> str:
     return f"$(ls -1d {shlex.quote(backup_prefix(dest))}.2* | tail -n 1)"
 
 
+#: A text whose quoted form is up to this many bytes is written by the command itself
+#: (`printf`, a shell builtin): one remote command instead of a command, an upload and a
+#: command. Linux caps one argument at 128 KiB (MAX_ARG_STRLEN) and the command travels as one
+#: (`sh -c '...'`, quoted again by pyinfra: a ' grows to 17 bytes): a larger text is uploaded.
+INLINE_MAX = 64 * 1024
+
+
 def atomic_write_commands(text: str, dest: str, mode: str, after: str | None = None) -> list[Any]:
-    """In one command the folder, the original kept, the old file backed up; the upload beside
-    dest; in one command owner, mode, the rename over dest and `after` (each step only when
-    the one before succeeded)."""
+    """The folder, the original kept, the old file backed up; the new text beside dest; owner,
+    mode, the rename over dest and `after` (each step only when the one before succeeded):
+    one remote command, or, for a text over INLINE_MAX, a command, an upload and a command."""
     temp = temp_path(dest)
     q_dest, q_temp = shlex.quote(dest), shlex.quote(temp)
-    finish = f"chown root:root {q_temp} && chmod {mode} {q_temp} && mv -f {q_temp} {q_dest}"
-    return [
-        joined_command(StringCommand(f"mkdir -p {shlex.quote(str(Path(dest).parent))}"),
-                keep_original_command(dest), backup_command(dest)),
-        FileUploadCommand(StringIO(text), temp),
-        StringCommand(finish + (f" && {after}" if after else "")),
-    ]
+    prepare = joined_command(StringCommand(f"mkdir -p {shlex.quote(str(Path(dest).parent))}"),
+                             keep_original_command(dest), backup_command(dest))
+    finish = StringCommand(f"chown root:root {q_temp} && chmod {mode} {q_temp} && "
+                           f"mv -f {q_temp} {q_dest}" + (f" && {after}" if after else ""))
+    return staged_write(prepare, text, temp, finish)
+
+
+def staged_write(prepare: StringCommand, text: str, temp: str, finish: StringCommand) -> list[Any]:
+    """prepare, then text written to temp, then finish: one remote command (`printf`, for a
+    text up to INLINE_MAX), or a command, an upload and a command."""
+    quoted = shlex.quote(text)
+    if len(shlex.quote(quoted).encode()) <= INLINE_MAX:
+        write = StringCommand(f"printf '%s' {quoted} > {shlex.quote(temp)}")
+        return [joined_command(prepare, write, finish)]
+    return [prepare, FileUploadCommand(StringIO(text), temp), finish]
 
 
 def _report_content_change(dest: str, exists: bool, text: str) -> None:
