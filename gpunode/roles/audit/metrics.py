@@ -18,7 +18,9 @@ The HELP texts are gpunode.profile.metrics.METRIC_HELP (the timer's script is re
 them too).
 
 prometheus_client renders the text exposition format and writes the file whole (a temporary
-file in the same directory, renamed over the target).
+file in the same directory, renamed over the target). It is imported where the metrics are
+rendered, so a run that writes no metrics file (site.py's verify without
+`gpunode_metrics_file`) never imports it.
 """
 
 from __future__ import annotations
@@ -27,11 +29,16 @@ import os
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
-
-from prometheus_client import CollectorRegistry, Gauge, generate_latest
+from typing import TYPE_CHECKING
 
 from gpunode.profile.check import Check
 from gpunode.profile.metrics import METRIC_HELP
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry, Gauge
+
+#: The host data that names the metrics file the audit and site.py's verify write.
+METRICS_FILE_DATA = "gpunode_metrics_file"
 
 SETTING_STATUSES = frozenset({"ok", "P0", "P1", "P2"})
 SEVERITIES = ("P0", "P1", "P2", "limit")
@@ -39,6 +46,8 @@ HELP = METRIC_HELP
 
 
 def _gauge(registry: CollectorRegistry, name: str, *labels: str) -> Gauge:
+    from prometheus_client import Gauge
+
     return Gauge(name, HELP[name], ["source", *labels], registry=registry)
 
 
@@ -46,6 +55,8 @@ def metrics_registry(settings: list[Check], checks: list[Check], source: str,
                      now: float) -> CollectorRegistry:
     """The metrics of one check run: settings = the profile's settings (tuning checks),
     checks = every check of the run (findings and pending work)."""
+    from prometheus_client import CollectorRegistry
+
     registry = CollectorRegistry(auto_describe=True)
     setting_ok = _gauge(registry, "gpunode_setting_ok", "setting")
     seen: set[str] = set()
@@ -66,6 +77,8 @@ def metrics_registry(settings: list[Check], checks: list[Check], source: str,
 def render_metrics(settings: list[Check], checks: list[Check], source: str,
                    now: float) -> str:
     """The metrics as the Prometheus text exposition format (prometheus_client's)."""
+    from prometheus_client import generate_latest
+
     return generate_latest(metrics_registry(settings, checks, source, now)).decode()
 
 
@@ -79,6 +92,8 @@ def metrics_path(template: str, host_name: str) -> Path:
 def write_textfile(path: Path, registry: CollectorRegistry, mode: int = 0o644) -> None:
     """Write the metrics to path whole, in prometheus_client's exposition format
     (generate_latest), through write_atomic: readable by node_exporter whatever the umask."""
+    from prometheus_client import generate_latest
+
     write_atomic(path, generate_latest(registry).decode(), mode)
 
 

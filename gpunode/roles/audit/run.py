@@ -28,12 +28,11 @@ from gpunode.profile.node import NodeProfile
 from gpunode.pyinfra_adapter import fail_run_for, in_execute_stage, run_store
 from gpunode.roles.audit.checks import audit_checks, tuning_checks
 from gpunode.roles.audit.engines_report import engine_rows, engine_series
-from gpunode.roles.audit.metrics import write_node_metrics
+from gpunode.roles.audit.metrics import METRICS_FILE_DATA, write_node_metrics
 from gpunode.roles.audit.report import EngineRows, counts, render_table, write_reports
 from gpunode.roles.audit.snapshot import gather_snapshot, read_engine_metrics
 
 REPORTS_ATTRIBUTE = "gpunode_audit_reports"
-METRICS_FILE_DATA = "gpunode_metrics_file"
 
 
 def _reports() -> dict[str, list[Check]]:

@@ -27,8 +27,7 @@ from gpunode.pyinfra_adapter import (
     unproxied,
 )
 from gpunode.roles.audit.checks import audit_checks, tuning_checks
-from gpunode.roles.audit.metrics import write_node_metrics
-from gpunode.roles.audit.run import METRICS_FILE_DATA
+from gpunode.roles.audit.metrics import METRICS_FILE_DATA, write_node_metrics
 from gpunode.roles.audit.snapshot import audit_needs, gather_snapshot
 from gpunode.roles.audit.summary import open_lines, run_summary
 
