@@ -19,6 +19,7 @@ Ranks (tuned-adm verify + LBNL NHC + DCGM levels, folded into one scale):
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
@@ -63,6 +64,17 @@ def not_applicable(name: str, why: str, *, kind: str = "") -> Check:
 
 def open_count(checks: list[Check]) -> int:
     return sum(c.open for c in checks)
+
+
+def pending(checks: Iterable[Check]) -> dict[str, list[str]]:
+    """What only waits for a reboot or a container restart: {"reboot": [...], "restart": [...]}."""
+    out: dict[str, list[str]] = {"reboot": [], "restart": []}
+    for check in checks:
+        if check.pending and check.status != "ok":
+            out[check.pending].append(
+                f"{check.name}: {check.live}" + (f" -> {check.want}" if check.want else "")
+            )
+    return out
 
 
 def subject_of(check: Check) -> str:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from gpunode import __version__
-from gpunode.profile.check import Check, open_count, subject_of
+from gpunode.profile.check import Check, open_count, pending, subject_of
 from gpunode.roles.audit.engines_report import engines_markdown, engines_text
 from gpunode.roles.audit.metrics import write_atomic
 
@@ -61,17 +61,6 @@ def ranked(checks: Iterable[Check]) -> list[Check]:
     """P0, then P1, then P2, each in check order."""
     actionable = [c for c in checks if c.status in RANK_ORDER]
     return sorted(actionable, key=lambda c: RANK_ORDER[c.status])
-
-
-def pending(checks: Iterable[Check]) -> dict[str, list[str]]:
-    """What only waits for a reboot or a container restart: {"reboot": [...], "restart": [...]}."""
-    out: dict[str, list[str]] = {"reboot": [], "restart": []}
-    for check in checks:
-        if check.pending and check.status != "ok":
-            out[check.pending].append(
-                f"{check.name}: {check.live}" + (f" -> {check.want}" if check.want else "")
-            )
-    return out
 
 
 def pending_lines(host: str, checks: list[Check]) -> list[str]:

@@ -22,8 +22,7 @@ from __future__ import annotations
 import textwrap
 from collections.abc import Iterable
 
-from gpunode.profile.check import Check
-from gpunode.roles.audit.report import pending
+from gpunode.profile.check import Check, pending
 
 WIDTH = 96  # pyinfra indents every line by 4 columns
 LABEL = 17

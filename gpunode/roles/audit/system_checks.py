@@ -19,7 +19,6 @@ from gpunode.facts.pcie import PcieDevice
 from gpunode.facts.proxmox import esp_problem_message
 from gpunode.facts.shell_assign import ShellValueError
 from gpunode.profile.check import DEPLOY_FIX, Check, not_applicable, ok
-from gpunode.profile.container import cgroup_v1_fix
 from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.gpu_checks import NOT_READ, lspci_gpus
 from gpunode.roles.audit.snapshot import NodeSnapshot
@@ -343,6 +342,8 @@ def _ct_label(ct: ContainerState) -> str:
 def _container_cgroup_v1(ct: ContainerState) -> Check:
     """lxc.cgroup.* lines: LXC ignores them on a cgroup v2 host ("Ignoring legacy cgroup
     limits on pure cgroup2 system"), so a device allow there grants nothing."""
+    from gpunode.profile.container import cgroup_v1_fix  # only here: a node with such lines
+
     lines = "; ".join(f"{k}: {v}" for k, v in ct.cgroup_v1)
     fixes = "; ".join(cgroup_v1_fix(k, v) for k, v in ct.cgroup_v1)
     return Check(name=f"{_ct_label(ct)} cgroup v1 lines", status="P1", live=lines,
