@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shlex
+from typing import Any
 
 from pyinfra import host, logger
 from pyinfra.api import StringCommand, operation
@@ -10,6 +11,9 @@ from pyinfra.api import StringCommand, operation
 from gpunode.facts.node_read import SYSTEMD_RUNTIME
 from gpunode.facts.snapshot import node
 from gpunode.ops.changes import log_wrapped, report_change
+from gpunode.ops.files import owned_file, render_template, sha1_text
+
+DAEMON_RELOAD = "systemctl daemon-reload"
 
 
 def systemd_booted() -> bool:
@@ -58,6 +62,23 @@ def unit_enabled_and_running(unit: str):
         yield StringCommand(f"systemctl enable {'--now ' if not active else ''}{quoted}")
     else:
         yield StringCommand(f"systemctl start {quoted}")
+
+
+def unit_files(unit: str, files: list[tuple[str, str, dict[str, Any]]]) -> None:
+    """Write the files (template, dest, variables) behind a unit gpunode enables, with one
+    reload of systemd for all of them (~1.7 s each on the lab guest): none when the unit is
+    not enabled yet, as the `systemctl enable` that follows reloads systemd itself (unless
+    --no-reload), else a daemon-reload after the last file whose text changes. Planned from
+    the snapshot, like the writes themselves."""
+    texts = [(dest, render_template(template, **variables)) for template, dest, variables
+             in files]
+    changing = [dest for dest, text in texts
+                if (state := node().file(dest)) is None or state.sha1 != sha1_text(text)]
+    reloaded_by_enable = systemd_booted() and not node().unit(unit).enabled
+    last = None if reloaded_by_enable or not changing else changing[-1]
+    for dest, text in texts:
+        owned_file(name=f"Write {dest}", dest=dest, text=text,
+                   after=DAEMON_RELOAD if dest == last else None)
 
 
 def unit_enabled_at_boot(unit: str, why: str) -> None:

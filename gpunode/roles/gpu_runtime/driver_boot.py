@@ -16,7 +16,7 @@ from pyinfra import host, logger
 from gpunode.facts.snapshot import Needs, node
 from gpunode.ops.changes import log_wrapped
 from gpunode.ops.files import template_file
-from gpunode.ops.services import unit_enabled_at_boot
+from gpunode.ops.services import unit_enabled_at_boot, unit_files
 from gpunode.profile.node import NodeProfile
 from gpunode.profile.nvidia_options import MODULE_OPTIONS, live_matches, module_param_key
 
@@ -56,8 +56,8 @@ def device_nodes_at_boot() -> None:
     """The boot unit that makes the NVIDIA device nodes before containers start."""
     template_file("boot/gpunode-nvidia-nodes.sh.j2", NODES_SCRIPT, mode="755",
                   unit=NODES_UNIT.removesuffix(".service"))
-    template_file("systemd/gpunode-nvidia-nodes.service.j2", NODES_UNIT_FILE,
-                  after="systemctl daemon-reload", script=NODES_SCRIPT)
+    unit_files(NODES_UNIT, [("systemd/gpunode-nvidia-nodes.service.j2", NODES_UNIT_FILE,
+                             {"script": NODES_SCRIPT})])
     unit_enabled_at_boot(NODES_UNIT, "device nodes before containers")
 
 

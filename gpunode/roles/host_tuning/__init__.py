@@ -22,7 +22,7 @@ from gpunode.ops.changes import log_wrapped
 from gpunode.ops.cpu import cstate_script_variables
 from gpunode.ops.files import template_file
 from gpunode.ops.preflight import uninstallable
-from gpunode.ops.services import unit_enabled_at_boot
+from gpunode.ops.services import unit_enabled_at_boot, unit_files
 from gpunode.ops.sysctl import absent_sysctls
 from gpunode.profile.danger import hugepages_above_memory
 from gpunode.profile.node import NodeProfile
@@ -143,9 +143,8 @@ def tune_devices_and_cpu(profile: NodeProfile) -> None:
         cpu.cpu_governor(name=f"Set governor {profile.cpu_governor}", governor=profile.cpu_governor)
     template_file("boot/gpunode-tune.sh.j2", BOOT_SCRIPT, mode="755",
                   **boot_script_variables(profile))
-    template_file("systemd/gpunode-tune.service.j2", BOOT_UNIT_FILE,
-                  after="systemctl daemon-reload", script=BOOT_SCRIPT,
-                  persistence=profile.gpu_persistence)
+    unit_files(BOOT_UNIT, [("systemd/gpunode-tune.service.j2", BOOT_UNIT_FILE,
+                            {"script": BOOT_SCRIPT, "persistence": profile.gpu_persistence})])
     unit_enabled_at_boot(BOOT_UNIT, "re-applies at boot")
 
 

@@ -42,7 +42,12 @@ from gpunode.ops.files import directory_present, render_template, template_file
 from gpunode.ops.modules import module_plan_for_host
 from gpunode.ops.nvidia import smi_report
 from gpunode.ops.pcie import pcie_script_variables
-from gpunode.ops.services import systemd_booted, unit_disabled, unit_enabled_and_running
+from gpunode.ops.services import (
+    systemd_booted,
+    unit_disabled,
+    unit_enabled_and_running,
+    unit_files,
+)
 from gpunode.ops.undo import created_folder_removed, owned_file_removed
 from gpunode.profile.node import NodeProfile
 from gpunode.pyinfra_adapter import deploy
@@ -153,11 +158,12 @@ def verify_timer(profile: NodeProfile, kernel_pin: str | None = None) -> None:
     directory_present(name=f"Metrics directory {profile.metrics_dir}", path=profile.metrics_dir)
     template_file("verify/gpunode-verify.sh.j2", VERIFY_SCRIPT, mode="755",
                   **script_variables(profile, cpu, modules, kernel_pin, smi_report().gpus))
-    template_file("systemd/gpunode-verify.service.j2", f"{UNIT_DIR}/{VERIFY_SERVICE}",
-                  after="systemctl daemon-reload", script=VERIFY_SCRIPT,
-                  metrics_file=metrics_file(profile), metrics_dir=profile.metrics_dir)
-    template_file("systemd/gpunode-verify.timer.j2", f"{UNIT_DIR}/{VERIFY_TIMER}",
-                  after="systemctl daemon-reload", interval=profile.verify_interval)
+    unit_files(VERIFY_TIMER, [
+        ("systemd/gpunode-verify.service.j2", f"{UNIT_DIR}/{VERIFY_SERVICE}",
+         {"script": VERIFY_SCRIPT, "metrics_file": metrics_file(profile),
+          "metrics_dir": profile.metrics_dir}),
+        ("systemd/gpunode-verify.timer.j2", f"{UNIT_DIR}/{VERIFY_TIMER}",
+         {"interval": profile.verify_interval})])
     unit_enabled_and_running(name=f"Enable {VERIFY_TIMER} (every {profile.verify_interval})",
                              unit=VERIFY_TIMER)
 
