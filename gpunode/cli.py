@@ -42,6 +42,8 @@ from gpunode.profile.loader import format_validation_error
 from gpunode.profile.node import MAX_READ_REQUEST_SIZES, NodeProfile
 
 SCHEMA_FILE = Path(__file__).parent / "schema" / "node-profile.schema.json"
+RULES_FILE = Path(__file__).parent / "prometheus" / "gpunode-rules.yml"
+"""gpunode's Prometheus alert and recording rules (package data; docs/audit.md)."""
 
 
 def anchored(pattern: re.Pattern[str]) -> str:
@@ -160,10 +162,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--version", action="version", version=f"gpunode {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("schema", help="print the JSON Schema of a profile file")
+    commands.add_parser("rules", help="print gpunode's Prometheus alert and recording rules")
     check = commands.add_parser("validate", help="check profile files (YAML) without a host")
     check.add_argument("files", nargs="+", metavar="FILE")
     args = parser.parse_args(argv)
     if args.command == "schema":
         sys.stdout.write(schema_text())
+        return 0
+    if args.command == "rules":
+        sys.stdout.write(RULES_FILE.read_text())
         return 0
     return _validate(args.files)

@@ -15,12 +15,16 @@ METRIC_HELP = {
     "gpunode_last_check_timestamp_seconds": "Unix time of the last gpunode check",
     "gpunode_gpu_xid_events": "NVIDIA Xid events (NVRM: Xid kernel log lines) of a GPU since "
     "boot",
+    "gpunode_gpu_xid_critical": "1 when a GPU logged a critical NVIDIA Xid since boot (one "
+    "gpunode counts as P0: 79 fallen off the bus, 48 double-bit ECC, ...)",
+    "gpunode_verify_interval_seconds": "How often gpunode-verify.timer runs (verify_interval)",
     "gpunode_gpu_remap_pending": "1 when a GPU's row remap or page retirement waits for a GPU "
     "reset or reboot",
     "gpunode_gpu_link_downtrained": "1 when a GPU's PCIe link is narrower than both ends "
     "support, or slower while the GPU is busy",
 }
 
-GPU_HEALTH_GAUGES = ("gpunode_gpu_xid_events", "gpunode_gpu_remap_pending",
+GPU_HEALTH_GAUGES = ("gpunode_gpu_xid_events", "gpunode_gpu_xid_critical",
+                     "gpunode_gpu_remap_pending",
                      "gpunode_gpu_link_downtrained")
 """The verify timer's GPU health gauges, one sample per GPU (label `gpu`: its BDF)."""

@@ -133,7 +133,7 @@ def test_a_healthy_node_reads_ok_and_finds_nothing(tmp_path):
     assert got[setting(f"ACS {PORT}")] == 1
     assert not [k for k in got if k[1].startswith("ACS 0000:00:0") and k[1] != f"ACS {PORT}"]
     # The r8169 line names 0000:01:00.0 too, and says "XID": not an NVIDIA Xid.
-    assert gpu_samples(got) == {("gpunode_gpu_xid_events", GPU): 0,
+    assert gpu_samples(got) == {("gpunode_gpu_xid_events", GPU): 0, ("gpunode_gpu_xid_critical", GPU): 0,
                                 ("gpunode_gpu_remap_pending", GPU): 0,
                                 ("gpunode_gpu_link_downtrained", GPU): 0}
     assert run["findings"] == {"P0": 0, "P1": 0, "P2": 0, "limit": 0}

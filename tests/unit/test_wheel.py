@@ -56,6 +56,7 @@ def test_wheel_has_one_top_level_package_with_templates_and_deploys(wheel):
     assert "gpunode/templates/sysctl/90-gpunode.conf.j2" in names
     assert "gpunode/deploys/site.py" in names
     assert "gpunode/schema/node-profile.schema.json" in names
+    assert "gpunode/prometheus/gpunode-rules.yml" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") for n in names)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     text = zipfile.ZipFile(wheel).read(entry_points).decode()

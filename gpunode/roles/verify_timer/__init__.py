@@ -112,6 +112,16 @@ def verify_checks(profile: NodeProfile, cpu: CpuState, modules: list[str],
     return checks + gpu_checks(profile, gpus or [])
 
 
+SPAN_SECONDS = {"s": 1, "min": 60, "h": 3600, "d": 86400}
+"""systemd.time(7)'s units that the schema's TIME_SPAN allows."""
+
+
+def span_seconds(span: str) -> int:
+    """A verify_interval (one number, one unit: '15min') in seconds."""
+    number = span.rstrip("smhind")
+    return int(number) * SPAN_SECONDS[span[len(number):]]
+
+
 def script_variables(profile: NodeProfile, cpu: CpuState, modules: list[str],
                      kernel_pin: str | None, gpus: list[NvidiaGpu] | None = None) -> dict:
     """The script's data: the checks, and gpunode's rules it reads with (the selector's
@@ -119,6 +129,7 @@ def script_variables(profile: NodeProfile, cpu: CpuState, modules: list[str],
     verify_timer.gpu) (pure)."""
     return {
         "metrics_file": metrics_file(profile),
+        "interval_seconds": span_seconds(profile.verify_interval),
         "checks": verify_checks(profile, cpu, modules, kernel_pin, gpus),
         "refused_dir": REFUSED_DIR,
         "sysctl_refused_dir": SYSCTL_REFUSED_DIR,
