@@ -19,7 +19,13 @@ from gpunode.ops.files import render_template
 from gpunode.ops.nvidia import power_limit_targets
 from gpunode.profile.metrics import GPU_HEALTH_GAUGES, METRIC_HELP
 from gpunode.profile.node import NodeProfile
-from gpunode.roles.verify_timer import needs, render_script, script_variables, verify_checks
+from gpunode.roles.verify_timer import (
+    needs,
+    render_script,
+    script_variables,
+    span_seconds,
+    verify_checks,
+)
 from gpunode.roles.verify_timer.gpu import HEALTH_CHECKS
 from tests.unit.verify_node import (
     acs_words,
@@ -133,7 +139,8 @@ def test_a_healthy_node_reads_ok_and_finds_nothing(tmp_path):
     assert got[setting(f"ACS {PORT}")] == 1
     assert not [k for k in got if k[1].startswith("ACS 0000:00:0") and k[1] != f"ACS {PORT}"]
     # The r8169 line names 0000:01:00.0 too, and says "XID": not an NVIDIA Xid.
-    assert gpu_samples(got) == {("gpunode_gpu_xid_events", GPU): 0, ("gpunode_gpu_xid_critical", GPU): 0,
+    assert gpu_samples(got) == {("gpunode_gpu_xid_events", GPU): 0,
+                                ("gpunode_gpu_xid_critical", GPU): 0,
                                 ("gpunode_gpu_remap_pending", GPU): 0,
                                 ("gpunode_gpu_link_downtrained", GPU): 0}
     assert run["findings"] == {"P0": 0, "P1": 0, "P2": 0, "limit": 0}
@@ -172,6 +179,8 @@ def test_xid_events_of_nvrm_lines_only(tmp_path):
                                           "kernel/xid_dmesg_T_akash_node4_535.txt"))
     xids = {k[1]: v for k, v in run["got"].items() if k[0] == "gpunode_gpu_xid_events"}
     assert xids == {GPU: 1, "0000:00:05.0": 2, "0000:00:07.0": 1, "0000:00:08.0": 1}
+    critical = {k[1]: v for k, v in run["got"].items() if k[0] == "gpunode_gpu_xid_critical"}
+    assert critical == {GPU: 1, "0000:00:05.0": 0, "0000:00:07.0": 0, "0000:00:08.0": 0}
     assert run["findings"] == {"P0": 1, "P1": 0, "P2": 3, "limit": 0}
     assert (f"GPU health: {GPU} Xid events: 1 since boot (Xid 79 x1), wants no Xid"
             in run["stderr"])
@@ -274,3 +283,13 @@ def test_a_hanging_nvidia_smi_is_given_up(tmp_path):
     got = samples((tmp_path / "prom" / "gpunode.prom").read_text())
     assert gpu_samples(got) == {("gpunode_gpu_link_downtrained", GPU): 0}
     assert not [k for k in got if k[1].startswith("GPU")]
+
+
+@pytest.mark.parametrize(("span", "seconds"), [("15min", 900), ("1h", 3600), ("30s", 30),
+                                               ("2d", 172800)])
+def test_the_timer_writes_its_interval_in_seconds(tmp_path, span, seconds):
+    """gpunode_verify_interval_seconds: what the stale-check alert compares the last check's
+    age with (gpunode/prometheus/gpunode-rules.yml)."""
+    assert span_seconds(span) == seconds
+    run = run_node(tmp_path, NodeProfile(verify_timer=True, verify_interval=span))
+    assert run["got"][("gpunode_verify_interval_seconds", "")] == seconds
