@@ -42,6 +42,14 @@ def test_schema_command_prints_the_shipped_schema():
     assert not any('"gpunode":' in line for line in result.stdout.splitlines())
 
 
+def test_rules_command_prints_the_shipped_prometheus_rules():
+    result = run_cli("rules")
+    assert result.returncode == 0
+    assert result.stdout == cli.RULES_FILE.read_text()
+    groups = yaml.safe_load(result.stdout)["groups"]
+    assert "GpunodeSettingDrifted" in {r.get("alert") for g in groups for r in g["rules"]}
+
+
 def test_the_example_profile_names_the_schema_and_is_valid_for_both():
     first = EXAMPLE.read_text().splitlines()[0]
     assert first == "# yaml-language-server: $schema=../gpunode/schema/node-profile.schema.json"
