@@ -14,7 +14,6 @@ from pydantic import (
     model_validator,
 )
 
-from gpunode.facts.kernels import is_kernel_release
 from gpunode.profile.allowed import (
     ABSOLUTE_DIR,
     CMDLINE_KEY,
@@ -29,6 +28,7 @@ from gpunode.profile.allowed import (
     check,
     check_output_path,
     checked_power_limit,
+    is_kernel_release,
     shown,
 )
 from gpunode.profile.danger import check_i_know, node_dangers, unacknowledged
