@@ -6,6 +6,8 @@ it imports neither."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Mapping
+from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
@@ -28,7 +30,7 @@ from gpunode.facts.lock import LockState
 from gpunode.facts.nvidia import NvidiaSmiReport
 from gpunode.facts.nvidia_modules import NvidiaModuleState
 from gpunode.facts.owned import FileState, NodeState
-from gpunode.facts.pcie import PcieDevice
+from gpunode.facts.pcie import PcieDevice, is_nvidia_gpu
 from gpunode.facts.proxmox import ProxmoxBootInfo, PveVersion
 from gpunode.facts.systemd import Unit
 
@@ -189,3 +191,19 @@ class Snapshot(BaseModel):
 
     def file(self, path: str) -> FileState | None:
         return self.files.get(path)
+
+    @cached_property
+    def gpus(self) -> tuple[PcieDevice, ...]:
+        """The node's NVIDIA GPUs, found once per snapshot for every check family: those
+        lspci lists; where lspci is missing (or listed none), those sysfs shows."""
+        found = tuple(d for d in self.pcie if is_nvidia_gpu(d))
+        if found or self.pci_sysfs is None:
+            return found
+        return tuple(d.as_pcie_device() for d in self.pci_sysfs.gpus())
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None,
+                   deep: bool = False) -> Snapshot:
+        """A copy whose GPU list is found again (pydantic copies the cached one as it is)."""
+        copy = super().model_copy(update=update, deep=deep)
+        copy.__dict__.pop("gpus", None)
+        return copy
