@@ -57,21 +57,19 @@ class DriverUpgradeState(FactModel):
 
 
 def parse_policy_versions(text: str) -> dict[str, list[str]]:
-    """`LC_ALL=C apt-cache policy PKG...` -> {package: versions a repository offers, as
-    listed}. A version whose only source is /var/lib/dpkg/status (installed, offered by no
-    repository: no way to install it again) is left out."""
+    """`apt-cache policy PKG...` -> {package: versions a repository offers, as listed}. A
+    version whose only source is /var/lib/dpkg/status (installed, offered by no repository:
+    no way to install it again) is left out. Version lines are told by their shape
+    ('VERSION PRIORITY'), not by the table's label, which apt translates."""
     out: dict[str, list[str]] = {}
     package = version = None
-    in_table = False
     for line in text.splitlines():
         if line and not line[0].isspace() and line.rstrip().endswith(":"):
-            package, version, in_table = line.rstrip()[:-1], None, False
+            package, version = line.rstrip()[:-1], None
             out[package] = []
-        elif package and line.strip() == "Version table:":
-            in_table = True
-        elif package and in_table and (m := _VERSION_LINE.match(line)):
+        elif package and (m := _VERSION_LINE.match(line)):
             version = m.group(1)
-        elif package and in_table and version and line.strip() and (
+        elif package and version and line.strip() and (
                 "/var/lib/dpkg/status" not in line) and version not in out[package]:
             out[package].append(version)
     return out

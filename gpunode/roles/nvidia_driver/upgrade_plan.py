@@ -112,10 +112,14 @@ def new_version_of(old: str, offered: list[str], new: str) -> str | None:
     matches = [v for v in offered if upstream_version(v) == new]
     if not matches:
         return None
-    suffix = old.rsplit("-", 1)[-1] if "-" in old else ""
-    tail = "".join(ch for ch in suffix if not ch.isdigit())
-    same = [v for v in matches if tail and tail in v.rsplit("-", 1)[-1]]
+    same = [v for v in matches if _revision_style(v) == _revision_style(old)]
     return (same or matches)[0]
+
+
+def _revision_style(version: str) -> str:
+    """'1~deb12u1' -> '~debu', '1' -> '': the revision without its digits."""
+    revision = version.rsplit("-", 1)[-1] if "-" in version else ""
+    return "".join(ch for ch in revision if not ch.isdigit())
 
 
 def _switches(installed: Mapping[str, str], offered: Mapping[str, list[str]], new: str
