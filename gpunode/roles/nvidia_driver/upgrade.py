@@ -12,7 +12,7 @@ from gpunode.facts.snapshot import Needs, Part, node
 from gpunode.ops.changes import report_change
 from gpunode.ops.nvidia_pin import nvidia_pin
 from gpunode.ops.preflight import refuse_host
-from gpunode.ops.shell import script
+from gpunode.ops.shell import script_text
 from gpunode.profile.node import NodeProfile
 from gpunode.roles.nvidia_driver.upgrade_plan import UpgradePlan, plan_upgrade
 
@@ -61,4 +61,4 @@ def driver_upgrade(profile: NodeProfile, plan: UpgradePlan) -> None:
     nvidia_pin(plan.new)
     next_kernel = next((m.kernel for m in plan.modules if "next" in m.role), None)
     server.shell(name=f"Switch NVIDIA driver {plan.old} -> {plan.new} (host and containers)",
-                 commands=[script("driver-upgrade.sh.j2", **script_variables(plan, next_kernel))])
+                 commands=[script_text("driver-upgrade.sh.j2", **script_variables(plan, next_kernel))])
