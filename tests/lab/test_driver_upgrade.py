@@ -29,24 +29,31 @@ A, B, BAD = "550.127.05", "550.135", "550.142"
 REPO_DIR = "/srv/gpunode-lab-repo"
 LIST = "/etc/apt/sources.list.d/gpunode-lab-repo.list"
 PACKAGES = ("libnvidia-ml1", "nvidia-kernel-support")
-BUILD = r"""set -e
-k=$(uname -r); mkdir -p {repo}; cd {repo}
+BUILD = rf"""set -e
+k=$(uname -r); mkdir -p {REPO_DIR}; cd {REPO_DIR}
 mk() {{ d=$(mktemp -d); mkdir -p "$d/DEBIAN"
-  printf 'Package: %s\nVersion: %s\nArchitecture: all\nMaintainer: gpunode lab <lab@localhost>\nDescription: gpunode lab stand-in for an NVIDIA driver package\n' "$1" "$2" > "$d/DEBIAN/control"
-  if [ "$1" = nvidia-kernel-support ]; then mkdir -p "$d/lib/modules/$k/updates/dkms"; echo "stand-in $2" > "$d/lib/modules/$k/updates/dkms/nvidia.ko"; fi
-  if [ "$3" = fail ]; then printf '#!/bin/sh\necho "stand-in postinst fails" >&2\nexit 1\n' > "$d/DEBIAN/postinst"; chmod 755 "$d/DEBIAN/postinst"; fi
+  printf 'Package: %s\nVersion: %s\nArchitecture: all\nMaintainer: %s\nDescription: %s\n' \
+    "$1" "$2" "gpunode lab <lab@localhost>" "gpunode lab stand-in for an NVIDIA driver package" \
+    > "$d/DEBIAN/control"
+  if [ "$1" = nvidia-kernel-support ]; then m="$d/lib/modules/$k/updates/dkms"; mkdir -p "$m"
+    echo "stand-in $2" > "$m/nvidia.ko"; fi
+  if [ "$3" = fail ]; then printf '#!/bin/sh\necho "stand-in postinst fails" >&2\nexit 1\n' \
+    > "$d/DEBIAN/postinst"; chmod 755 "$d/DEBIAN/postinst"; fi
   dpkg-deb --build "$d" "$1_$2_all.deb" >/dev/null; rm -rf "$d"; }}
-for v in {a} {b}; do mk libnvidia-ml1 "$v-1"; mk nvidia-kernel-support "$v-1"; done
-mk libnvidia-ml1 {bad}-1 fail; mk nvidia-kernel-support {bad}-1
+for v in {A} {B}; do mk libnvidia-ml1 "$v-1"; mk nvidia-kernel-support "$v-1"; done
+mk libnvidia-ml1 {BAD}-1 fail; mk nvidia-kernel-support {BAD}-1
 : > Packages
 for f in *.deb; do dpkg-deb -f "$f" Package Version Architecture Maintainer Description >> Packages
-  printf 'Filename: ./%s\nSize: %s\nSHA256: %s\n\n' "$f" "$(stat -c %s "$f")" "$(sha256sum "$f" | cut -d' ' -f1)" >> Packages; done
-echo 'deb [trusted=yes] file:{repo} ./' > {list}
-apt-get update -q -o Dir::Etc::sourcelist={list} -o Dir::Etc::sourceparts=- -o APT::Get::List-Cleanup=0 >/dev/null
-DEBIAN_FRONTEND=noninteractive apt-get install -y -q libnvidia-ml1={a}-1 nvidia-kernel-support={a}-1 >/dev/null
+  printf 'Filename: ./%s\nSize: %s\nSHA256: %s\n\n' "$f" "$(stat -c %s "$f")" \
+    "$(sha256sum "$f" | cut -d' ' -f1)" >> Packages; done
+echo 'deb [trusted=yes] file:{REPO_DIR} ./' > {LIST}
+apt-get update -q -o Dir::Etc::sourcelist={LIST} -o Dir::Etc::sourceparts=- \
+  -o APT::Get::List-Cleanup=0 >/dev/null
+DEBIAN_FRONTEND=noninteractive apt-get install -y -q libnvidia-ml1={A}-1 \
+  nvidia-kernel-support={A}-1 >/dev/null
 apt-mark hold libnvidia-ml1 nvidia-kernel-support >/dev/null
 [ -e /dev/nvidia0 ] || mknod /dev/nvidia0 c 1 3
-""".format(repo=REPO_DIR, list=LIST, a=A, b=B, bad=BAD)
+"""
 CLEAN = (f"apt-mark unhold {' '.join(PACKAGES)} >/dev/null; dpkg --purge {' '.join(PACKAGES)} "
          f">/dev/null; rm -rf {REPO_DIR} {LIST} {PREFERENCES_FILE} {RECORD_FILE} /dev/nvidia0 "
          "/var/lib/apt/lists/_srv_gpunode-lab-repo_*")

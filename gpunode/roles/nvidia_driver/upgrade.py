@@ -60,5 +60,6 @@ def driver_upgrade(profile: NodeProfile, plan: UpgradePlan) -> None:
         report_change("NVIDIA driver upgrade", where=line)
     nvidia_pin(plan.new)
     next_kernel = next((m.kernel for m in plan.modules if "next" in m.role), None)
+    text = script_text("driver-upgrade.sh.j2", **script_variables(plan, next_kernel))
     server.shell(name=f"Switch NVIDIA driver {plan.old} -> {plan.new} (host and containers)",
-                 commands=[script_text("driver-upgrade.sh.j2", **script_variables(plan, next_kernel))])
+                 commands=[text])
