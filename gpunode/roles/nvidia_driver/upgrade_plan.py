@@ -148,31 +148,24 @@ def _module_checks(packages: Mapping[str, str], running: str, next_kernel: str,
     return out
 
 
-def plan_upgrade(*, host: str, new: str, installed: Mapping[str, str], state: DriverUpgradeState,
-                 containers: list[int], drain: str, reboot: bool, loaded: str | None,
-                 running_kernel: str, next_kernel: str | None,
-                 trees: BootModules | None) -> UpgradePlan:
-    """The upgrade of the host's driver release packages to `new` and the containers' with it.
-    `containers` in start order; `drain` is nvidia_driver_drain."""
-    refusals: list[str] = []
-    packages = _switches(installed, state.versions, new)
-    olds = sorted({upstream_version(p.old) for p in packages})
-    old = olds[0] if len(olds) == 1 else ",".join(olds)
-    if len(olds) > 1:
-        refusals.append(f"{host}: the driver packages are at several releases ({old}); "
-                        "fix: install one release by hand first (apt-get install PKG=VER ...)")
-    for p in packages:
-        if p.new is None:
-            refusals.append(f"{host}: apt offers no {new} for {p.name}; fix: apt-get update, or "
-                            "add the repository that carries it (nvidia_repository)")
-        if p.old not in state.versions.get(p.name.split(":")[0], state.versions.get(p.name, [])):
-            refusals.append(f"{host}: apt does not offer {p.name} {p.old} (no way back); fix: "
-                            "keep a source that carries it (e.g. snapshot.debian.org)")
-    modules = _module_checks(installed, running_kernel, next_kernel or running_kernel, trees)
-    refusals += [f"{host}: module for kernel {m.kernel}: {m.why}" for m in modules if not m.ready]
-    holder_cts = {h.container for h in state.holders if h.container is not None}
-    host_holders = [f"{h.pid} ({h.command})" for h in state.holders if h.container is None]
-    switches = []
+def _offered(versions: Mapping[str, list[str]], name: str) -> list[str]:
+    return versions.get(name.split(":")[0], versions.get(name, []))
+
+
+def _package_refusals(where: str, switches: list[PackageSwitch], versions: Mapping[str, list[str]],
+                      new: str, update: str) -> list[str]:
+    """No new version offered, or the old one no longer (no way back)."""
+    out = [f"{where}: apt offers no {new} for {p.name}; fix: {update}"
+           for p in switches if p.new is None]
+    out += [f"{where}: apt does not offer {p.name} {p.old} (no way back); fix: keep a source "
+            "that carries it (e.g. snapshot.debian.org)"
+            for p in switches if p.old not in _offered(versions, p.name)]
+    return out
+
+
+def _container_switches(host: str, new: str, state: DriverUpgradeState, containers: list[int],
+                        holder_cts: set[int]) -> tuple[list[ContainerSwitch], list[str]]:
+    switches, refusals = [], []
     for vmid in containers:
         ct = state.containers.get(vmid)
         if ct is None or ct.status != "running" or not ct.read:
@@ -182,33 +175,60 @@ def plan_upgrade(*, host: str, new: str, installed: Mapping[str, str], state: Dr
                             "nvidia_driver_containers")
             continue
         switch = _switches(ct.packages, ct.versions, new)
-        refusals += [f"{host}: container {vmid}: its apt offers no {new} for {p.name}; fix: "
-                     f"pct exec {vmid} -- apt-get update, or add the repository"
-                     for p in switch if p.new is None]
-        refusals += [f"{host}: container {vmid}: apt does not offer {p.name} {p.old} (no way "
-                     "back); fix: keep a source that carries it"
-                     for p in switch if p.old not in ct.versions.get(p.name.split(":")[0], [])]
+        refusals += _package_refusals(f"{host}: container {vmid}", switch, ct.versions, new,
+                                      f"pct exec {vmid} -- apt-get update, or add the repository")
         switches.append(ContainerSwitch(vmid=vmid, status=ct.status, packages=switch,
                                         holds_gpu=vmid in holder_cts))
-    stop: list[int] = []
-    others = sorted(holder_cts - set(containers))
-    if state.holders and drain == "stop-containers":
-        stop = [v for v in reversed(containers) if v in holder_cts]
-        if others:
-            refusals.append(f"{host}: containers {' '.join(map(str, others))} hold GPU devices "
-                            "and do not follow the driver; fix: add them to "
-                            "nvidia_driver_containers or stop them")
-        if host_holders:
-            refusals.append(f"{host}: host processes hold /dev/nvidia*: {', '.join(host_holders)}"
-                            "; fix: stop them (only containers are drained)")
-    elif state.holders:
+    return switches, refusals
+
+
+def _drain(host: str, state: DriverUpgradeState, containers: list[int], drain: str
+           ) -> tuple[list[int], list[str], list[str]]:
+    """(containers to stop, host holders, refusals) for the GPU processes."""
+    holder_cts = {h.container for h in state.holders if h.container is not None}
+    host_holders = [f"{h.pid} ({h.command})" for h in state.holders if h.container is None]
+    if not state.holders:
+        return [], host_holders, []
+    if drain != "stop-containers":
         who = ", ".join([*host_holders, *(f"container {v}" for v in sorted(holder_cts))])
-        refusals.append(f"{host}: GPU processes run ({who}); fix: stop them, or set "
-                        "nvidia_driver_drain: stop-containers")
+        return [], host_holders, [f"{host}: GPU processes run ({who}); fix: stop them, or set "
+                                  "nvidia_driver_drain: stop-containers"]
+    refusals = []
+    others = sorted(holder_cts - set(containers))
+    if others:
+        refusals.append(f"{host}: containers {' '.join(map(str, others))} hold GPU devices "
+                        "and do not follow the driver; fix: add them to "
+                        "nvidia_driver_containers or stop them")
+    if host_holders:
+        refusals.append(f"{host}: host processes hold /dev/nvidia*: {', '.join(host_holders)}"
+                        "; fix: stop them (only containers are drained)")
+    return [v for v in reversed(containers) if v in holder_cts], host_holders, refusals
+
+
+def plan_upgrade(*, host: str, new: str, installed: Mapping[str, str], state: DriverUpgradeState,
+                 containers: list[int], drain: str, reboot: bool, loaded: str | None,
+                 running_kernel: str, next_kernel: str | None,
+                 trees: BootModules | None) -> UpgradePlan:
+    """The upgrade of the host's driver release packages to `new` and the containers' with it.
+    `containers` in start order; `drain` is nvidia_driver_drain."""
+    packages = _switches(installed, state.versions, new)
+    olds = sorted({upstream_version(p.old) for p in packages})
+    old = ",".join(olds)
+    refusals = [] if len(olds) <= 1 else [
+        f"{host}: the driver packages are at several releases ({old}); fix: install one "
+        "release by hand first (apt-get install PKG=VER ...)"]
+    refusals += _package_refusals(host, packages, state.versions, new,
+                                  "apt-get update, or add the repository that carries it "
+                                  "(nvidia_repository)")
+    modules = _module_checks(installed, running_kernel, next_kernel or running_kernel, trees)
+    refusals += [f"{host}: module for kernel {m.kernel}: {m.why}" for m in modules if not m.ready]
+    holder_cts = {h.container for h in state.holders if h.container is not None}
+    switches, ct_refusals = _container_switches(host, new, state, containers, holder_cts)
+    stop, host_holders, drain_refusals = _drain(host, state, containers, drain)
     action: ModuleAction = "none"
     if loaded is not None and loaded != new:
         drained = not host_holders and (not holder_cts or drain == "stop-containers")
         action = "reload" if drained else ("reboot" if reboot else "pending reboot")
     return UpgradePlan(host=host, old=old, new=new, packages=packages, modules=modules,
                        containers=switches, stop=stop, host_holders=host_holders,
-                       module_action=action, refusals=refusals)
+                       module_action=action, refusals=[*refusals, *ct_refusals, *drain_refusals])
