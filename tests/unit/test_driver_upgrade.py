@@ -183,4 +183,5 @@ def test_script_parses_in_sh_and_quotes_every_value():
     text = script_text("driver-upgrade.sh.j2", **script_variables(p, KERNEL))
     subprocess.run(["sh", "-n", "-c", text], check=True)
     assert "libnvidia-ml1=550.90.07-1" in text and "libnvidia-ml1=545.23.08-1" in text
-    assert "pct stop 101" in text
+    assert "pct stop 101" in text and "pct reboot 101" in text
+    assert text.index("pct start 101") < text.index("gn_ct_install 101 libnvidia-ml1=550")
