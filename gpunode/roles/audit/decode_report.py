@@ -11,6 +11,7 @@ per output token (histogram sum / count), over the window "since engine start".
 
 from __future__ import annotations
 
+import importlib.util
 from typing import Any
 
 from gpunode.facts.engine_metrics import EngineNumbers
@@ -22,6 +23,9 @@ ASSUMED_CONTEXT = 4096
 (an assumption, said so in the report: a short chat turn's context)."""
 WINDOW = "since engine start"
 """vLLM/SGLang histograms count from the engine's start: their sum / count is that mean."""
+DECODE_MODEL = importlib.util.find_spec("gpunode.decode") is not None
+"""gpunode.decode (the model itself, a branch of its own) is there: until it is merged the
+engines carry no "decode" part."""
 LINK_ORDER = ("SYS", "NODE", "PHB", "PXB", "PIX")
 """nvidia-smi topo -m's legend, slowest first; NV# (NVLink) is faster than all of them."""
 
@@ -101,3 +105,54 @@ def measured_tokens_per_s(numbers: EngineNumbers | None) -> tuple[float | None, 
     if numbers is None or not numbers.time_per_output_token_s:
         return None, None
     return 1.0 / numbers.time_per_output_token_s, WINDOW
+
+
+def decode_part(snap: NodeSnapshot, p: EngineProcess,
+                numbers: EngineNumbers | None = None) -> dict[str, Any]:
+    """The report's "decode" object of engine `p` (gpunode.decode.step.decode_json) with
+    `fixes`: what the audit's findings would give if fixed, largest gain first."""
+    from gpunode.decode.gpus import lookup_gpu
+    from gpunode.decode.shape import DecodeInputError, dtype_bytes_from_config, shape_from_config
+    from gpunode.decode.step import DecodeInputs, decode_json, decode_step, step_bar, what_if
+
+    raw = decode_inputs(snap, p)
+    sources, missing = dict(raw["sources"]), dict(raw["missing"])
+    shape = per_param = None
+    if raw["config"] is not None:
+        try:
+            shape = shape_from_config(raw["config"])
+        except DecodeInputError as exc:
+            sources.pop("shape", None)
+            missing["shape"] = f"config.json {exc.field}: {exc.fix}"
+        per_param, where = dtype_bytes_from_config(raw["config"])
+        if per_param is not None:
+            sources["weight_bytes_per_param"] = where
+    gpu = lookup_gpu(raw["gpu_name"]) if raw["gpu_name"] else None
+    if raw["gpu_name"] and gpu is None:
+        sources.pop("gpu", None)
+        missing["gpu"] = (f"{raw['gpu_name']!r} is not in gpunode/decode/gpus.yaml: give "
+                          "decode.gpu_memory_bandwidth_gb_s in the profile")
+    inputs = DecodeInputs(
+        shape=shape, weights_bytes=raw["weights_bytes"], weight_bytes_per_param=per_param,
+        gpu=gpu, gpu_count=raw["gpu_count"], tp=raw["tp"], pp=raw["pp"],
+        context=raw["context"], eager=raw["eager"], link=raw["link"], p2p=raw["p2p"],
+        sources=sources, missing=missing)
+    result = decode_step(inputs)
+    measured, window = measured_tokens_per_s(numbers)
+    out = decode_json(result, measured, window)
+    fixes = []
+    changes: list[tuple[str, dict[str, Any]]] = []
+    if inputs.eager:
+        changes.append(("CUDA graphs on (drop --enforce-eager / --disable-cuda-graph)",
+                        {"eager": False}))
+    if inputs.p2p is False:
+        changes.append(("P2P on between the engine's GPUs (see the audit's P2P findings)",
+                        {"p2p": True}))
+    for what, change in changes:
+        fixed = what_if(inputs, **change).ceiling_tokens_per_s
+        if fixed is not None and result.ceiling_tokens_per_s:
+            fixes.append({"fix": what, "ceiling_tokens_per_s": fixed,
+                          "gain": fixed / result.ceiling_tokens_per_s - 1})
+    out["fixes"] = sorted(fixes, key=lambda f: -f["gain"])
+    out["bar"] = step_bar(result)
+    return out

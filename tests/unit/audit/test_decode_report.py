@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from gpunode.facts.engine_metrics import EngineNumbers
 from gpunode.roles.audit.decode_report import decode_inputs, measured_tokens_per_s
 from tests.unit.audit.test_engine_checks import node_with, process
@@ -56,3 +58,55 @@ def test_link_is_the_slowest_pair_and_p2p_every_pair():
     assert engine_link(snap, 2) == ("PIX", True)
     assert engine_link(snap, 4) == (None, None)  # pairs not read: not guessed
     assert engine_link(snap, 1) == (None, None)
+
+
+LLAMA_8B = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096,
+            "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
+            "num_key_value_heads": 8, "vocab_size": 128256, "tie_word_embeddings": False,
+            "torch_dtype": "bfloat16", "head_dim": 128}
+"""meta-llama/Llama-3.1-8B-Instruct's config.json (its values; the hub's file)."""
+
+
+def test_decode_part_on_the_captured_node():
+    pytest.importorskip("gpunode.decode.step")
+    from gpunode.roles.audit.decode_report import decode_part
+    p = process("vllm-22303-serve-enforce-eager-underscore", model_dir="/m",
+                hf_config=LLAMA_8B, weight_bytes=16_060_522_496, weight_files=4)
+    _, snap = node_with(p)
+    numbers = EngineNumbers(url="http://127.0.0.1:8011/metrics", time_per_output_token_s=0.05)
+    got = decode_part(snap, p, numbers)
+    assert set(got) >= {"ceiling_tokens_per_s", "terms_ms", "binding", "measured_tokens_per_s",
+                        "efficiency", "inputs", "missing", "fixes"}
+    assert got["measured_tokens_per_s"] == 20.0 and got["window"] == "since engine start"
+    if got["ceiling_tokens_per_s"] is not None:
+        assert got["efficiency"] == pytest.approx(20.0 / got["ceiling_tokens_per_s"])
+        assert got["fixes"] and got["fixes"][0]["fix"].startswith("CUDA graphs on")
+    else:
+        assert got["missing"]
+
+
+def test_reports_carry_the_decode_part():
+    pytest.importorskip("gpunode.decode.step")
+    import json
+
+    from gpunode.roles.audit.checks import audit_checks
+    from gpunode.roles.audit.engines_report import engine_rows, engine_series
+    from gpunode.roles.audit.report import render_markdown, render_table, to_json
+    p = process("sglang-5389-defaults", model_dir="/m", hf_config=LLAMA_8B,
+                weight_bytes=16_060_522_496, weight_files=4)
+    profile, snap = node_with(p)
+    checks = audit_checks(profile, snap)
+    numbers = {4242: EngineNumbers(url="http://127.0.0.1:7501/metrics",
+                                   time_per_output_token_s=0.01)}
+    rows = engine_rows(snap, checks, numbers)
+    assert rows is not None
+    decode = json.loads(json.dumps(to_json("pve1", checks, rows)))["engines"][0]["decode"]
+    assert decode["measured_tokens_per_s"] == 100.0
+    assert set(decode["terms_ms"]) == {"weights", "kv", "comm", "launch"}
+    assert "Decode (batch 1):" in render_table("pve1", checks, rows)
+    assert "### Decode: sglang 4242" in render_markdown("pve1", checks, rows)
+    series = "\n".join(engine_series(rows))
+    assert ('gpunode_engine_decode_tokens_per_second{source="audit",engine="sglang",'
+            'pid="4242",container="host"} 100') in series
+    if decode["ceiling_tokens_per_s"] is not None:
+        assert "gpunode_engine_decode_efficiency_ratio{" in series
