@@ -19,6 +19,7 @@ RANKS = {
     "gpunode.pyinfra_adapter": 0,
     "gpunode.facts": 1,
     "gpunode.profile": 1,
+    "gpunode.decode": 1,
     "gpunode.ops": 2,
     "gpunode.deploys": 4,
     "gpunode.cli": 4,
