@@ -149,12 +149,13 @@ def shape_from_gguf(header: GgufHeader) -> ModelShape:
     rope = _key(header, "rope.dimension_count", 0)
     layers = _key(header, "block_count")
     dense = _key(header, "leading_dense_block_count", 0) if experts else 0
-    config = {
+    intermediate = _key(header, "feed_forward_length")
+    config: dict[str, object] = {
         "architectures": [header.architecture], "num_hidden_layers": layers,
         "hidden_size": hidden, "num_attention_heads": heads,
         "num_key_value_heads": _key(header, "attention.head_count_kv", heads) or heads,
         "head_dim": _key(header, "attention.key_length", hidden // heads if heads else 0),
-        "intermediate_size": _key(header, "feed_forward_length"),
+        "intermediate_size": intermediate,
         "vocab_size": vocab if isinstance(vocab, int) else _key(header, "vocab_size"),
         "tie_word_embeddings": bool(header.tensors) and "output.weight" not in header.tensors,
     }
@@ -162,7 +163,7 @@ def shape_from_gguf(header: GgufHeader) -> ModelShape:
         config.update(num_local_experts=experts,
                       num_experts_per_tok=_key(header, "expert_used_count"),
                       moe_intermediate_size=_key(header, "expert_feed_forward_length",
-                                                 config["intermediate_size"]),
+                                                 intermediate),
                       n_shared_experts=_key(header, "expert_shared_count", 0),
                       first_k_dense_replace=dense)
     if isinstance(kv_lora, int) and kv_lora:
