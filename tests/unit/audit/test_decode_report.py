@@ -110,3 +110,23 @@ def test_reports_carry_the_decode_part():
             'pid="4242",container="host"} 100') in series
     if decode["ceiling_tokens_per_s"] is not None:
         assert "gpunode_engine_decode_efficiency_ratio{" in series
+
+
+def test_ceiling_efficiency_and_the_eager_fix_on_an_h100():
+    # the captured node with its GPU named as an H100 SXM's nvidia-smi prints it: Llama 3.1 8B
+    # in bf16 at TP 1, eager; the ceiling from the decode model, the measured 20 ms a token
+    from gpunode.roles.audit.decode_report import decode_part
+    p = process("vllm-22303-serve-enforce-eager-underscore", model_dir="/m",
+                hf_config=LLAMA_8B, weight_bytes=16_060_522_496, weight_files=4)
+    p = p.model_copy(update={"settings": p.settings.model_copy(update={"tensor_parallel": 1})})
+    _, snap = node_with(p)
+    gpus = [snap.nvidia.gpus[0].model_copy(update={"name": "NVIDIA H100 80GB HBM3"})]
+    snap = snap.model_copy(update={"nvidia": snap.nvidia.model_copy(update={"gpus": gpus})})
+    got = decode_part(snap, p, EngineNumbers(url="u", time_per_output_token_s=0.02))
+    assert got["missing"] == [] and got["ceiling_tokens_per_s"] is not None
+    assert got["inputs"]["context"] == {"value": 64000, "source": "--max-model-len"}
+    assert got["efficiency"] == pytest.approx(50.0 / got["ceiling_tokens_per_s"])
+    assert got["terms_ms"]["launch"] > 0 and got["binding"] == "weights"
+    fix = got["fixes"][0]
+    assert fix["fix"].startswith("CUDA graphs on") and fix["gain"] > 0
+    assert "<- binds" in got["bar"]
