@@ -11,9 +11,13 @@ per output token (histogram sum / count), over the window "since engine start".
 
 from __future__ import annotations
 
-import importlib.util
 from typing import Any
 
+from pydantic import ValidationError
+
+from gpunode.decode.gpus import lookup_gpu
+from gpunode.decode.shape import DecodeInputError, dtype_bytes_from_config, shape_from_config
+from gpunode.decode.step import DecodeInputs, decode_json, decode_step, step_bar, what_if
 from gpunode.facts.engine_metrics import EngineNumbers
 from gpunode.facts.engine_read import EngineProcess
 from gpunode.roles.audit.snapshot import NodeSnapshot
@@ -23,9 +27,6 @@ ASSUMED_CONTEXT = 4096
 (an assumption, said so in the report: a short chat turn's context)."""
 WINDOW = "since engine start"
 """vLLM/SGLang histograms count from the engine's start: their sum / count is that mean."""
-DECODE_MODEL = importlib.util.find_spec("gpunode.decode") is not None
-"""gpunode.decode (the model itself, a branch of its own) is there: until it is merged the
-engines carry no "decode" part."""
 LINK_ORDER = ("SYS", "NODE", "PHB", "PXB", "PIX")
 """nvidia-smi topo -m's legend, slowest first; NV# (NVLink) is faster than all of them."""
 
@@ -111,10 +112,6 @@ def decode_part(snap: NodeSnapshot, p: EngineProcess,
                 numbers: EngineNumbers | None = None) -> dict[str, Any]:
     """The report's "decode" object of engine `p` (gpunode.decode.step.decode_json) with
     `fixes`: what the audit's findings would give if fixed, largest gain first."""
-    from gpunode.decode.gpus import lookup_gpu
-    from gpunode.decode.shape import DecodeInputError, dtype_bytes_from_config, shape_from_config
-    from gpunode.decode.step import DecodeInputs, decode_json, decode_step, step_bar, what_if
-
     raw = decode_inputs(snap, p)
     sources, missing = dict(raw["sources"]), dict(raw["missing"])
     shape = per_param = None
@@ -132,11 +129,17 @@ def decode_part(snap: NodeSnapshot, p: EngineProcess,
         sources.pop("gpu", None)
         missing["gpu"] = (f"{raw['gpu_name']!r} is not in gpunode/decode/gpus.yaml: give "
                           "decode.gpu_memory_bandwidth_gb_s in the profile")
-    inputs = DecodeInputs(
-        shape=shape, weights_bytes=raw["weights_bytes"], weight_bytes_per_param=per_param,
-        gpu=gpu, gpu_count=raw["gpu_count"], tp=raw["tp"], pp=raw["pp"],
-        context=raw["context"], eager=raw["eager"], link=raw["link"], p2p=raw["p2p"],
-        sources=sources, missing=missing)
+    try:
+        inputs = DecodeInputs(
+            shape=shape, weights_bytes=raw["weights_bytes"], weight_bytes_per_param=per_param,
+            gpu=gpu, gpu_count=raw["gpu_count"], tp=raw["tp"], pp=raw["pp"],
+            context=raw["context"], eager=raw["eager"], link=raw["link"], p2p=raw["p2p"],
+            sources=sources, missing=missing)
+    except ValidationError as exc:  # e.g. -tp 0 on the command line: no figure, no crash
+        error = exc.errors()[0]
+        field = ".".join(str(x) for x in error["loc"])
+        missing[field] = f"the engine's {field} {error.get('input')!r}: {error['msg']}"
+        inputs = DecodeInputs(sources=sources, missing=missing)
     result = decode_step(inputs)
     measured, window = measured_tokens_per_s(numbers)
     out = decode_json(result, measured, window)

@@ -22,7 +22,7 @@ from typing import Any
 
 from gpunode.facts.engine_metrics import EngineNumbers
 from gpunode.profile.check import Check
-from gpunode.roles.audit.decode_report import DECODE_MODEL, decode_part
+from gpunode.roles.audit.decode_report import decode_part
 from gpunode.roles.audit.engine_checks import engine_subject
 from gpunode.roles.audit.snapshot import NodeSnapshot
 
@@ -66,7 +66,7 @@ def engine_rows(snap: NodeSnapshot, checks: list[Check],
             "parallel_mismatch": any(c.name == "parallel size" + subject and c.status != "ok"
                                      and c.status != "n/a" for c in mine),
             "metrics": None if read is None else read.model_dump(),
-            "decode": decode_part(snap, p, read) if DECODE_MODEL else None,
+            "decode": decode_part(snap, p, read),
         })
     return rows
 

@@ -68,7 +68,6 @@ LLAMA_8B = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096,
 
 
 def test_decode_part_on_the_captured_node():
-    pytest.importorskip("gpunode.decode.step")
     from gpunode.roles.audit.decode_report import decode_part
     p = process("vllm-22303-serve-enforce-eager-underscore", model_dir="/m",
                 hf_config=LLAMA_8B, weight_bytes=16_060_522_496, weight_files=4)
@@ -86,7 +85,6 @@ def test_decode_part_on_the_captured_node():
 
 
 def test_reports_carry_the_decode_part():
-    pytest.importorskip("gpunode.decode.step")
     import json
 
     from gpunode.roles.audit.checks import audit_checks
@@ -130,3 +128,13 @@ def test_ceiling_efficiency_and_the_eager_fix_on_an_h100():
     fix = got["fixes"][0]
     assert fix["fix"].startswith("CUDA graphs on") and fix["gain"] > 0
     assert "<- binds" in got["bar"]
+
+
+def test_a_value_the_model_refuses_is_missing_not_a_crash():
+    from gpunode.roles.audit.decode_report import decode_part
+    p = process("vllm-gfx906-22-serve-tp4", hf_config=LLAMA_8B)
+    p = p.model_copy(update={"settings": p.settings.model_copy(update={"tensor_parallel": 0})})
+    _, snap = node_with(p)
+    got = decode_part(snap, p)
+    assert got["ceiling_tokens_per_s"] is None
+    assert any(m["input"] == "tp" for m in got["missing"]), got["missing"]
