@@ -78,7 +78,7 @@ def decode_inputs(snap: NodeSnapshot, p: EngineProcess) -> dict[str, Any]:
     if config is not None:
         sources["shape"] = f"config.json in {p.model_dir or s.hf_config_path}"
     else:
-        missing["shape"] = (f"config.json of {s.model or 'the model'} not read ("
+        missing["model_config"] = (f"config.json of {s.model or 'the model'} not read ("
                             f"{'; '.join(n for n in p.notes if 'model' in n) or 'no model path'})"
                             ": give decode.model_config (a config.json path) in the profile")
     if p.weight_bytes is not None:
@@ -120,7 +120,7 @@ def decode_part(snap: NodeSnapshot, p: EngineProcess,
             shape = shape_from_config(raw["config"])
         except DecodeInputError as exc:
             sources.pop("shape", None)
-            missing["shape"] = f"config.json {exc.field}: {exc.fix}"
+            missing["model_config"] = f"config.json {exc.field}: {exc.fix}"
         per_param, where = dtype_bytes_from_config(raw["config"])
         if per_param is not None:
             sources["weight_bytes_per_param"] = where
@@ -143,7 +143,7 @@ def decode_part(snap: NodeSnapshot, p: EngineProcess,
     result = decode_step(inputs)
     measured, window = measured_tokens_per_s(numbers)
     out = decode_json(result, measured, window)
-    fixes = []
+    fixes: list[dict[str, Any]] = []
     changes: list[tuple[str, dict[str, Any]]] = []
     if inputs.eager:
         changes.append(("CUDA graphs on (drop --enforce-eager / --disable-cuda-graph)",

@@ -99,7 +99,9 @@ def engines_text(rows: list[dict[str, Any]] | None, width: int = 96) -> list[str
         lines += textwrap.wrap(f"{row['engine']} {row['pid']} ({row['where']}): "
                                f"{_summary(row)}", width, initial_indent="  ",
                                subsequent_indent="      ")
-        lines += _decode_lines(row, "    ")
+        for line in _decode_lines(row, "    "):
+            lines += textwrap.wrap(line, width, subsequent_indent="        ",
+                                   drop_whitespace=False) or [line]
     return [*lines, ""]
 
 

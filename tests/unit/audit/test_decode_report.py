@@ -23,7 +23,7 @@ def test_inputs_read_from_the_node_and_the_engine():
     assert got["sources"]["context"] == "--max-model-len"
     assert got["sources"]["eager"] == "--enforce-eager"
     assert got["sources"]["weights_bytes"] == "7 weight files in /m"
-    assert "shape" not in got["missing"]
+    assert "model_config" not in got["missing"]
 
 
 def test_missing_config_and_context_say_so():
@@ -34,8 +34,8 @@ def test_missing_config_and_context_say_so():
     _, snap = node_with(p)
     got = decode_inputs(snap, p)
     assert got["context"] == 4096 and got["sources"]["context"].startswith("assumed: 4096")
-    assert "decode.model_config" in got["missing"]["shape"]
-    assert "no directory" in got["missing"]["shape"]
+    assert "decode.model_config" in got["missing"]["model_config"]
+    assert "no directory" in got["missing"]["model_config"]
     assert got["weights_bytes"] is None and "weights_bytes" in got["missing"]
 
 
