@@ -22,6 +22,7 @@ PACKAGE = Path(gpunode.__file__).parent
 RANKS = {
     "gpunode.pyinfra_adapter": 0,
     "gpunode.profile": 1,
+    "gpunode.decode": 1,
     "gpunode.facts": 2,
     "gpunode.ops": 3,
     "gpunode.deploys": 5,
