@@ -254,6 +254,6 @@ def _decode(args: argparse.Namespace) -> int:
               f"{args.tp} x {inputs.gpu.name if inputs.gpu else args.gpu}, context "
               f"{args.context}")
         print(step_bar(result))
-    for item in result.missing if args.json else ():
-        print(f"decode: missing {item['input']}: {item['how']}", file=sys.stderr)
+    for gap in result.missing if args.json else ():
+        print(f"decode: missing {gap['input']}: {gap['how']}", file=sys.stderr)
     return 2 if result.missing else 0
