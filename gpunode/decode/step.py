@@ -65,7 +65,7 @@ class DecodeInputs(BaseModel):
     context: int = Field(default=1024, ge=0, le=100_000_000)
     kv_dtype_bytes: float = Field(default=2, gt=0, le=8)
     eager: bool = False
-    link: str | None = None
+    link: str | None = Field(default=None, pattern=r"^(?:NV\d{1,2}|PIX|PXB|PHB|NODE|SYS)$")
     p2p: bool | None = None
     allreduce_us: float | None = Field(default=None, gt=0, le=1_000_000)
     sources: dict[str, str] = {}

@@ -76,3 +76,10 @@ def test_gguf_truncated_and_not_gguf():
     assert parse_gguf_header(data[:-3]).truncated
     with pytest.raises(DecodeInputError):
         parse_gguf_header(b"PK\x03\x04")
+
+
+def test_link_is_allow_listed():
+    from pydantic import ValidationError
+    DecodeInputs(link="NV18")
+    with pytest.raises(ValidationError):
+        DecodeInputs(link="PIX; rm -rf /")
