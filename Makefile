@@ -44,7 +44,7 @@ unit: $(VENV)/.installed
 docs: $(VENV)/.installed
 	$(PY) -m tools.docs
 
-# mypy with the pydantic plugin ([tool.mypy] in pyproject.toml).
+# mypy with the pydantic plugin ([tool.mypy] in pyproject.toml): the package and lab/.
 typecheck: $(VENV)/.installed
 	$(VENV)/bin/mypy
 

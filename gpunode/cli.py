@@ -2,6 +2,8 @@
 
     python -m gpunode schema                  # the JSON Schema of a profile (NodeProfile)
     python -m gpunode validate FILE [FILE..]  # check profile files (YAML); exit 1 on a problem
+    python -m gpunode decode --config FILE --gpu NAME --gpus N --tp N [--json]
+                                              # batch-1 decode ceiling (docs/decode.md)
 
 The schema is pydantic's (``NodeProfile.model_json_schema()``) with what the validators check
 made visible to an editor: enums (MaxReadReq sizes, governors, ...), ranges and the anchored
@@ -165,7 +167,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands.add_parser("rules", help="print gpunode's Prometheus alert and recording rules")
     check = commands.add_parser("validate", help="check profile files (YAML) without a host")
     check.add_argument("files", nargs="+", metavar="FILE")
+    _decode_parser(commands)
     args = parser.parse_args(argv)
+    if args.command == "decode":
+        return _decode(args)
     if args.command == "schema":
         sys.stdout.write(schema_text())
         return 0
@@ -173,3 +178,88 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stdout.write(RULES_FILE.read_text())
         return 0
     return _validate(args.files)
+
+
+GGUF_HEAD_BYTES = 64 << 20   # enough for a header with a 256k-token vocabulary
+
+
+def _decode_parser(commands: Any) -> None:
+    cmd = commands.add_parser("decode", help="how fast one stream (batch 1) could decode: the "
+                              "step's terms, the ceiling and the binding term, from files")
+    cmd.add_argument("--config", required=True, metavar="FILE",
+                     help="the model's config.json, or its .gguf file")
+    cmd.add_argument("--gpu", required=True, metavar="NAME",
+                     help="the GPU's name as nvidia-smi prints it (gpunode/decode/gpus.yaml)")
+    cmd.add_argument("--gpus", type=_count, metavar="N", help="GPUs on the node (default: --tp)")
+    cmd.add_argument("--tp", type=_count, default=1, metavar="N", help="tensor-parallel size")
+    cmd.add_argument("--weights-bytes", type=_count, metavar="N",
+                     help="all weight files' bytes (every shard); default: params x dtype")
+    cmd.add_argument("--allreduce-us", type=float, metavar="X",
+                     help="one all-reduce's time, measured (nccl-tests at hidden x 2 bytes)")
+    cmd.add_argument("--link", choices=_links(), help="the GPUs' link (nvidia-smi topo -m)")
+    cmd.add_argument("--context", type=_count, default=1024, metavar="N",
+                     help="tokens of KV cache read each step (default 1024)")
+    cmd.add_argument("--eager", action="store_true", help="CUDA graphs off (--enforce-eager)")
+    cmd.add_argument("--json", action="store_true", help="print the report's decode object")
+
+
+def _count(text: str) -> int:
+    """A whole number >= 0 (argparse type: a bad one exits 2 with its usage line)."""
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return int(text)
+
+
+def _links() -> tuple[str, ...]:
+    from gpunode.decode.plan import LINKS
+    return LINKS
+
+
+def _read_model(path: Path) -> dict[str, Any] | Any:
+    """The config.json's object or the GGUF file's header; OSError / ValueError on a bad file."""
+    from gpunode.decode.gguf import parse_gguf_header
+    with path.open("rb") as handle:
+        head = handle.read(GGUF_HEAD_BYTES)
+    if head[:4] == b"GGUF":
+        return parse_gguf_header(head)
+    config = json.loads(head.decode("utf-8"))
+    if not isinstance(config, dict):
+        raise ValueError("not a JSON object")
+    return config
+
+
+def _decode(args: argparse.Namespace) -> int:
+    """Print the decode step (text bar or --json); exit 2 on bad or missing input."""
+    from gpunode.decode.plan import plan_inputs
+    from gpunode.decode.shape import DecodeInputError
+    from gpunode.decode.step import decode_json, decode_step, step_bar
+    path = Path(args.config)
+    try:
+        model = _read_model(path)
+        inputs = plan_inputs(model, f"config.json {path}", args.gpu, gpus=args.gpus,
+                             tp=args.tp, weights_bytes=args.weights_bytes,
+                             allreduce_us=args.allreduce_us, context=args.context,
+                             eager=args.eager, link=args.link)
+    except DecodeInputError as err:
+        print(f"decode: {path}: {err}", file=sys.stderr)
+        return 2
+    except ValidationError as err:
+        for item in err.errors():
+            field = ".".join(str(part) for part in item["loc"])
+            print(f"decode: {field}: {item['msg']}; give a value in range", file=sys.stderr)
+        return 2
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        print(f"decode: --config {path}: cannot read it ({err}); give the model's "
+              "config.json or .gguf file", file=sys.stderr)
+        return 2
+    result = decode_step(inputs)
+    if args.json:
+        print(json.dumps(decode_json(result), indent=2))
+    else:
+        print(f"{inputs.shape.architecture if inputs.shape else '?'} on "
+              f"{args.tp} x {inputs.gpu.name if inputs.gpu else args.gpu}, context "
+              f"{args.context}")
+        print(step_bar(result))
+    for gap in result.missing if args.json else ():
+        print(f"decode: missing {gap['input']}: {gap['how']}", file=sys.stderr)
+    return 2 if result.missing else 0

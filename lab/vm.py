@@ -235,7 +235,7 @@ class LabVM:
 
     def is_running(self) -> bool:
         pid = self.state.pid if self.state else _read_pid(self.run_dir)
-        return bool(pid) and _qemu_alive(pid, self.run_dir)
+        return _qemu_alive(pid, self.run_dir)
 
     # -- SSH -----------------------------------------------------------------------------------
 
@@ -380,8 +380,10 @@ def _read_pid(run_dir: Path) -> int | None:
         return None
 
 
-def _qemu_alive(pid: int, run_dir: Path) -> bool:
-    """True if pid is a live (not zombie) QEMU whose disk is in run_dir."""
+def _qemu_alive(pid: int | None, run_dir: Path) -> bool:
+    """True if pid is a live (not zombie) QEMU whose disk is in run_dir (None: no pid known)."""
+    if not pid:
+        return False
     try:
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
         stat = Path(f"/proc/{pid}/stat").read_text()

@@ -18,7 +18,16 @@ for each (at most MAX_PROCESSES) it prints, line by line:
 - `torch B64`: the `__version__` and `cuda` lines of torch/version.py under the process's
   prefixes (its program's `.../bin/..`, /usr/local, /usr) through /proc/PID/root;
 - `compat PATH`: CUDA forward-compatibility libraries (/usr/local/cuda*/compat/libcuda.so.V)
-  in its filesystem.
+  in its filesystem;
+- the model (for the decode model, issue 40): its `--model`/`--model-path`/`--model-id`/`-m`
+  argument or `vllm serve MODEL`, a directory or file through /proc/PID/root (a relative one
+  through /proc/PID/cwd), or a hub id ORG/NAME in the process's Hugging Face cache (its
+  HF_HUB_CACHE, else HF_HOME/hub, else HOME/.cache/huggingface/hub;
+  models--ORG--NAME/snapshots/<newest>/): `model-dir PATH` (inside the process's root),
+  `modelconfig B64` (its config.json, at most CONFIG_BYTES), `weights SIZE NAME` (the size of
+  each *.safetensors/*.bin/*.gguf shard, by stat: contents are not read), `hfconfig B64`
+  (config.json of vLLM's --hf-config-path, which wins); `model-refused` (a path with `..`),
+  `model-missing ARG` (nothing found for it).
 
 Nothing runs inside a container (no pct exec, no docker exec, no nsenter); nothing is
 written. A process that exits while it is read leaves a partial record: the parser keeps
@@ -29,8 +38,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 import shlex
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 from pyinfra.api import FactBase
@@ -73,6 +84,13 @@ class EngineProcess(BaseModel):
     """CUDA forward-compatibility libraries in its filesystem (/usr/local/cuda*/compat/
     libcuda.so.VERSION), as paths inside it."""
     settings: EngineSettings = Field(default_factory=EngineSettings)
+    model_dir: str | None = None
+    """Where the model's files were found, as a path inside the process's root."""
+    hf_config: dict[str, Any] | None = None
+    """Its config.json (vLLM --hf-config-path's when given); None: not read (see notes)."""
+    weight_bytes: int | None = None
+    """Total bytes of its weight files (*.safetensors, *.bin, *.gguf); None: none found."""
+    weight_files: int = 0
     workers: int = 0
     """Forked children with the same command line (vLLM's workers), folded in."""
     notes: list[str] = Field(default_factory=list)
@@ -165,6 +183,7 @@ class _Record:
         self.status: dict[str, str] = {}
         self.cgroup: list[str] = []
         self.compat: list[str] = []
+        self.weights: list[str] = []
         self.notes: list[str] = []
 
     def add(self, line: str) -> None:
@@ -176,6 +195,8 @@ class _Record:
             self.cgroup.append(rest)
         elif key == "compat":
             self.compat.append(rest.strip())
+        elif key == "weights":
+            self.weights.append(rest)
         else:
             self.fields[key] = rest
 
@@ -217,6 +238,43 @@ def _config_text(record: _Record) -> str | None:
     return None
 
 
+def _model_json(record: _Record, key: str, what: str) -> dict[str, Any] | None:
+    if key not in record.fields:
+        return None
+    raw = _b64(record.fields[key]) or b""
+    if len(raw) > CONFIG_BYTES:
+        record.notes.append(f"{what} longer than {CONFIG_BYTES} bytes: not read")
+        return None
+    try:
+        data = json.loads(raw.decode("utf-8", "replace"))
+    except ValueError:
+        record.notes.append(f"{what} is not valid JSON: not read")
+        return None
+    if not isinstance(data, dict):
+        record.notes.append(f"{what} is a JSON {type(data).__name__}, not an object")
+        return None
+    return data
+
+
+def _model(record: _Record) -> dict[str, Any]:
+    """model_dir, hf_config, weight_bytes, weight_files of a record (notes for the rest)."""
+    if "model-refused" in record.fields:
+        record.notes.append("the model path has '..': not read")
+    if "model-missing" in record.fields:
+        record.notes.append(f"model {record.fields['model-missing'].strip()!r}: no directory "
+                            "or file through /proc/PID/root, nor in its Hugging Face cache")
+    model_dir = record.fields.get("model-dir", "").strip() or None
+    config = _model_json(record, "hfconfig", "--hf-config-path config.json")
+    if config is None:
+        config = _model_json(record, "modelconfig", "the model's config.json")
+    if config is None and model_dir and "hfconfig" not in record.fields:
+        record.notes.append(f"no config.json readable in {model_dir}")
+    sizes = [int(f[0]) for f in (w.split(" ", 1) for w in record.weights)
+             if f and f[0].isdigit()]
+    return {"model_dir": model_dir, "hf_config": config,
+            "weight_bytes": sum(sizes) if sizes else None, "weight_files": len(sizes)}
+
+
 def _int(text: str | None) -> int | None:
     return int(text) if text and text.strip().lstrip("-").isdigit() else None
 
@@ -255,7 +313,7 @@ def engine_process(record: _Record) -> EngineProcess | None:
         vmid=vmid, lxc_name=lxc_name, docker=docker,
         shm_kib=_shm_kib(record.fields.get("shm")), torch_version=version, torch_cuda=cuda,
         cuda_compat=record.compat[:8],
-        settings=settings, notes=[*record.notes, *settings.problems],
+        settings=settings, **_model(record), notes=[*record.notes, *settings.problems],
     )
 
 
@@ -298,6 +356,49 @@ def parse_engine_read(lines: list[str]) -> EngineReadState:
 _STATUS_KEYS = "^(PPid|Uid|Cpus_allowed_list|Mems_allowed_list):"
 _CONFIG_ARG = "/^--config=/{s/^--config=//p;q}; /^--config$/{n;p;q}"
 _PREFIXES = r"s#^\(/.*\)/bin/[^/]*$#\1#p"
+_MODEL_ARG = (r"/^--(model|model-path|model-id)=/{s/^[^=]*=//p;q}; "
+              r"/^(--model|--model-path|--model-id)$/{n;/^-/q;p;q}; "
+              r"/^-m$/{n;/^-/q;/^(vllm|sglang)\./b;p;q}; /^serve$/{n;/^-/q;p;q}")
+_HF_CONFIG_ARG = r"/^--hf-config-path=/{s/^[^=]*=//p;q}; /^--hf-config-path$/{n;p;q}"
+_HUB_ID = "[A-Za-z0-9_.-]*/[A-Za-z0-9_.-]*"
+_WEIGHTS = ("*.safetensors", "*.bin", "*.gguf")
+
+
+def _model_read() -> str:
+    """Shell: the model's directory, config.json and weight sizes (see the module docstring);
+    $p is the pid."""
+    q = shlex.quote
+    globs = " ".join(f'"$d"/{g}' for g in _WEIGHTS)
+    env = "tr '\\0' '\\n' </proc/$p/environ 2>/dev/null | sed -n"
+    return (
+        f"a=$(tr '\\0' '\\n' </proc/$p/cmdline | sed -nE {q(_MODEL_ARG)}); d=; "
+        'r="/proc/$p/root"; '
+        'case "$a" in "") ;; *..*) echo model-refused; a= ;; /*) d="$r$a" ;; '
+        f'*) if [ -e "/proc/$p/cwd/$a" ]; then d="/proc/$p/cwd/$a"; '
+        f'elif case "$a" in */*/*) false ;; {_HUB_ID}) true ;; *) false ;; esac; then '
+        f"h=$({env} 's/^HF_HUB_CACHE=//p' | head -n 1); "
+        f'if [ -z "$h" ]; then h=$({env} \'s/^HF_HOME=//p\' | head -n 1); '
+        '[ -n "$h" ] && h="$h/hub"; fi; '
+        f'if [ -z "$h" ]; then h=$({env} \'s/^HOME=//p\' | head -n 1); '
+        '[ -n "$h" ] && h="$h/.cache/huggingface/hub"; fi; '
+        'case "$h" in /*) s=$(ls -td "$r$h/models--${a%%/*}--${a#*/}/snapshots"/*/ '
+        "2>/dev/null | head -n 1); "
+        '[ -n "$s" ] && d="${s%/}" ;; esac; fi ;; esac; '
+        'if [ -n "$a" ] && [ -z "$d" ]; then echo "model-missing $a"; '
+        'elif [ -n "$d" ] && [ ! -e "$d" ]; then echo "model-missing $a"; '
+        'elif [ -f "$d" ]; then echo "model-dir ${d#$r}"; '
+        'echo "weights $(stat -L -c %s "$d") ${d##*/}"; '
+        'elif [ -d "$d" ]; then echo "model-dir ${d#$r}"; '
+        '[ -r "$d/config.json" ] && '
+        f'echo "modelconfig $(head -c {CONFIG_BYTES + 1} "$d/config.json" | base64 -w0)"; '
+        f'for w in {globs}; do [ -f "$w" ] && echo "weights $(stat -L -c %s "$w") ${{w##*/}}"; '
+        "done | head -n 4096; fi; "
+        f"c=$(tr '\\0' '\\n' </proc/$p/cmdline | sed -n {q(_HF_CONFIG_ARG)}); "
+        'case "$c" in "") ;; *..*) echo model-refused ;; *) '
+        'case "$c" in /*) c="$r$c" ;; *) c="/proc/$p/cwd/$c" ;; esac; '
+        '[ -d "$c" ] && c="$c/config.json"; '
+        f'[ -r "$c" ] && echo "hfconfig $(head -c {CONFIG_BYTES + 1} "$c" | base64 -w0)" ;; esac'
+    )
 
 
 def engine_read_command() -> str:
@@ -325,7 +426,8 @@ def engine_read_command() -> str:
         "echo \"torch $(grep -E '^(__version__|cuda)' \"$v\" | head -c 512 | base64 -w0)\"; "
         "break 2; fi; done; done; "
         "for c in /proc/$p/root/usr/local/cuda*/compat/libcuda.so.*.*; do "
-        '[ -e "$c" ] && echo "compat ${c#/proc/$p/root}"; done'
+        '[ -e "$c" ] && echo "compat ${c#/proc/$p/root}"; done; '
+        f"{_model_read()}"
     )
     return (
         f"n=0; for m in $(grep -lzaE {q(ENGINE_ARG_PATTERN)} /proc/[0-9]*/cmdline); do "

@@ -24,7 +24,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 Engine = Literal["vllm", "sglang", "tgi", "trtllm", "llama.cpp"]
-Kind = Literal["int", "float", "str", "bool", "negbool"]
+Kind = Literal["int", "float", "str", "bool", "negbool", "hint"]
+"""`hint`: vLLM's human_readable_int (vllm/engine/arg_utils.py): `32k` = 32000, `32K` = 32768;
+`auto` or `-1`: the model's own length (None)."""
 
 VLLM_MODULE = "vllm.entrypoints.openai.api_server"
 SGLANG_MODULE = "sglang.launch_server"
@@ -54,6 +56,21 @@ class EngineSettings(BaseModel):
     metrics: bool = False
     """The engine serves Prometheus /metrics (vLLM always; SGLang with --enable-metrics)."""
     config_path: str | None = None
+    quantization: str | None = None
+    """vLLM --quantization/-q, SGLang --quantization (None: the model's own)."""
+    dtype: str | None = None
+    """vLLM/SGLang --dtype (None: auto, the config's torch_dtype)."""
+    kv_cache_dtype: str | None = None
+    """vLLM/SGLang --kv-cache-dtype, llama.cpp --cache-type-k (None: auto, the model dtype)."""
+    hf_config_path: str | None = None
+    """vLLM --hf-config-path: where its config.json is read instead of the model's."""
+    max_model_len: int | None = None
+    """vLLM --max-model-len, SGLang --context-length, llama.cpp -c/--ctx-size (None: the
+    model's own; llama.cpp 0 means the same)."""
+    expert_parallel: bool = False
+    """vLLM --enable-expert-parallel: EP = TP x DP."""
+    expert_parallel_size: int | None = None
+    """SGLang --ep-size/--ep."""
     source: dict[str, str] = Field(default_factory=dict)
     problems: list[str] = Field(default_factory=list)
     """Values the engine would refuse (not a number...), each as a report line."""
@@ -69,6 +86,11 @@ _VLLM: dict[str, tuple[str, Kind]] = {
     "--disable-custom-all-reduce": ("custom_all_reduce", "negbool"),
     "--gpu-memory-utilization": ("gpu_memory_fraction", "float"),
     "--host": ("host", "str"), "--port": ("port", "int"), "--config": ("config_path", "str"),
+    "--quantization": ("quantization", "str"), "-q": ("quantization", "str"),
+    "--dtype": ("dtype", "str"), "--kv-cache-dtype": ("kv_cache_dtype", "str"),
+    "--hf-config-path": ("hf_config_path", "str"), "--max-model-len": ("max_model_len", "hint"),
+    "--enable-expert-parallel": ("expert_parallel", "bool"),
+    "--no-enable-expert-parallel": ("expert_parallel", "negbool"),
 }
 _SGLANG: dict[str, tuple[str, Kind]] = {
     "--model-path": ("model", "str"), "--model": ("model", "str"),
@@ -80,6 +102,9 @@ _SGLANG: dict[str, tuple[str, Kind]] = {
     "--disable-custom-all-reduce": ("custom_all_reduce", "negbool"),
     "--mem-fraction-static": ("gpu_memory_fraction", "float"),
     "--host": ("host", "str"), "--port": ("port", "int"), "--enable-metrics": ("metrics", "bool"),
+    "--quantization": ("quantization", "str"), "--dtype": ("dtype", "str"),
+    "--kv-cache-dtype": ("kv_cache_dtype", "str"), "--context-length": ("max_model_len", "int"),
+    "--ep-size": ("expert_parallel_size", "int"), "--ep": ("expert_parallel_size", "int"),
 }
 _TGI: dict[str, tuple[str, Kind]] = {
     "--model-id": ("model", "str"), "--num-shard": ("tensor_parallel", "int"),
@@ -95,9 +120,12 @@ _TRTLLM: dict[str, tuple[str, Kind]] = {
 _LLAMA: dict[str, tuple[str, Kind]] = {
     "-m": ("model", "str"), "--model": ("model", "str"), "--host": ("host", "str"),
     "--port": ("port", "int"), "--metrics": ("metrics", "bool"),
+    "-c": ("max_model_len", "int"), "--ctx-size": ("max_model_len", "int"),
+    "-ctk": ("kv_cache_dtype", "str"), "--cache-type-k": ("kv_cache_dtype", "str"),
 }
 _LLAMA_ENV = {"LLAMA_ARG_MODEL": "--model", "LLAMA_ARG_HOST": "--host",
-              "LLAMA_ARG_PORT": "--port", "LLAMA_ARG_ENDPOINT_METRICS": "--metrics"}
+              "LLAMA_ARG_PORT": "--port", "LLAMA_ARG_ENDPOINT_METRICS": "--metrics",
+              "LLAMA_ARG_CTX_SIZE": "--ctx-size", "LLAMA_ARG_CACHE_TYPE_K": "--cache-type-k"}
 OPTIONS: dict[str, dict[str, tuple[str, Kind]]] = {
     "vllm": _VLLM, "sglang": _SGLANG, "tgi": _TGI, "trtllm": _TRTLLM, "llama.cpp": _LLAMA}
 DEFAULTS: dict[str, dict[str, Any]] = {
@@ -149,7 +177,31 @@ def _spelling(engine: str, flag: str) -> str:
     return flag
 
 
+_HUMAN_INT_RE = re.compile(r"(\d+(?:\.\d+)?)([kmgtKMGT]?)")
+_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+_BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+
+def human_int(raw: str) -> int | None:
+    """vLLM's human_readable_int: `25.6k` = 25600, `16K` = 16384 (no decimals with a binary
+    suffix); `auto`/`-1` = None (the model's own length); ValueError otherwise."""
+    value = raw.strip()
+    if value in ("auto", "-1"):
+        return None
+    match = _HUMAN_INT_RE.fullmatch(value)
+    if not match:
+        raise ValueError(value)
+    number, suffix = match.groups()
+    if suffix in _DECIMAL:
+        return int(float(number) * _DECIMAL[suffix])
+    if "." in number:
+        raise ValueError(value)
+    return int(number) * _BINARY.get(suffix, 1)
+
+
 def _convert(kind: Kind, raw: str) -> Any:
+    if kind == "hint":
+        return human_int(raw)
     if kind == "int":
         return int(raw)
     if kind == "float":
@@ -285,6 +337,16 @@ def gpus_per_node(settings: EngineSettings) -> int:
     replicas = 1 if settings.dp_attention else settings.data_parallel
     world = settings.tensor_parallel * settings.pipeline_parallel * replicas
     return max(1, world // max(1, settings.nodes))
+
+
+def expert_parallel_size(settings: EngineSettings) -> int:
+    """EP: vLLM --enable-expert-parallel spreads the experts over TP x DP ranks (vLLM docs,
+    Expert Parallel Deployment); SGLang --ep-size; else 1."""
+    if settings.expert_parallel_size:
+        return settings.expert_parallel_size
+    if settings.expert_parallel:
+        return settings.tensor_parallel * settings.data_parallel
+    return 1
 
 
 def flag_of(settings: EngineSettings, setting: str, default: str) -> str:

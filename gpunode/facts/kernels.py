@@ -28,6 +28,8 @@ import re
 from pydantic import Field
 from pyinfra.api import FactBase
 
+from gpunode.profile.allowed import is_kernel_release
+
 from .debversion import version_key
 from .sections import FactModel
 
@@ -66,22 +68,6 @@ class KernelPackages(FactModel):
 
 _STATUS_RE = re.compile(r"^[uihrp][ncHUFWti][R ]?$")
 _PREFIXES = ("proxmox-kernel-", "pve-kernel-", "linux-image-")
-# A kernel release as `uname -r` prints it: numbers, then a local suffix after "-", "+" or "~"
-# ("6.8.12-4-pve", "6.12.117+deb13-amd64", "7.0.0-3-pve", "6.12.57+deb13-cloud-amd64"). A bare
-# "X.Y" (no third number, no suffix) is a meta package's series ("proxmox-kernel-6.17"), not a
-# kernel. Anchored at both ends (\Z, not $: no trailing newline).
-_KERNEL_RELEASE_RE = re.compile(
-    r"\A\d+\.\d+(?:\.\d+)+(?:[-+~][0-9A-Za-z][0-9A-Za-z.+~-]*)?\Z"
-    r"|\A\d+\.\d+(?:[-+~][0-9A-Za-z][0-9A-Za-z.+~-]*)\Z"
-)
-KERNEL_RELEASE_MAX = 64
-
-
-def is_kernel_release(text: str) -> bool:
-    """True for a kernel release such as '6.8.12-4-pve' or '6.12.117+deb13-amd64'."""
-    return len(text) <= KERNEL_RELEASE_MAX and bool(_KERNEL_RELEASE_RE.match(text))
-
-
 def kernel_version_from_package(package: str) -> str | None:
     """Kernel version a package installs, or None for meta/helper/debug packages."""
     name = package.strip().split(":", 1)[0]  # drop ":amd64"

@@ -37,7 +37,7 @@ from gpunode.facts.owned import DirEntries, KeptOriginals, OwnedFiles, RecordedS
 from gpunode.facts.pcie import PcieDevices, PciPaths
 from gpunode.facts.pcie_refusals import MaxReadReqRefusals
 from gpunode.facts.proxmox import ProxmoxBootTool, PveVersionFact
-from gpunode.facts.snapshot import Needs, Snapshot
+from gpunode.facts.snapshot_model import Needs, Snapshot
 from gpunode.facts.systemd import SystemdUnits, parse_units
 
 SYSTEMD_RUNTIME = "/run/systemd/system"

@@ -406,3 +406,15 @@ class PciPaths(FactBase):
 
     def process(self, output: list[str]) -> dict[str, list[str]]:
         return parse_pci_paths("\n".join(output))
+
+
+GPU_CLASS_NAMES = ("VGA compatible controller", "3D controller", "Display controller")
+
+
+def is_nvidia_gpu(device: PcieDevice) -> bool:
+    """An NVIDIA display/3D function; by name when lspci ran without -nn (no ids)."""
+    if device.unreadable:
+        return False
+    if device.vendor_id:
+        return device.vendor_id == "10de" and device.class_id.startswith("03")
+    return device.name.startswith("NVIDIA") and device.class_name in GPU_CLASS_NAMES

@@ -62,6 +62,22 @@ CONTROL = FORBIDDEN_TEXT
 #: ASCII digits only: str.isdigit() and \d also take Arabic-Indic or full-width digits.
 ASCII_INTEGER = re.compile(r"[0-9]{1,20}")
 
+# A kernel release as `uname -r` prints it: numbers, then a local suffix after "-", "+" or "~"
+# ("6.8.12-4-pve", "6.12.117+deb13-amd64", "7.0.0-3-pve", "6.12.57+deb13-cloud-amd64"). A bare
+# "X.Y" (no third number, no suffix) is a meta package's series ("proxmox-kernel-6.17"), not a
+# kernel. Anchored at both ends (\Z, not $: no trailing newline).
+KERNEL_RELEASE = re.compile(
+    r"\A\d+\.\d+(?:\.\d+)+(?:[-+~][0-9A-Za-z][0-9A-Za-z.+~-]*)?\Z"
+    r"|\A\d+\.\d+(?:[-+~][0-9A-Za-z][0-9A-Za-z.+~-]*)\Z"
+)
+KERNEL_RELEASE_MAX = 64
+
+
+def is_kernel_release(text: str) -> bool:
+    """True for a kernel release such as '6.8.12-4-pve' or '6.12.117+deb13-amd64'."""
+    return len(text) <= KERNEL_RELEASE_MAX and bool(KERNEL_RELEASE.match(text))
+
+
 CpuGovernor = Literal[
     "performance", "powersave", "schedutil", "ondemand", "conservative", "userspace"
 ]

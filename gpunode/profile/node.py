@@ -6,7 +6,7 @@ PCIe node that ran at 3.4% of its theoretical decode speed (see docs/settings.md
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import (
     Field,
@@ -14,7 +14,6 @@ from pydantic import (
     model_validator,
 )
 
-from gpunode.facts.kernels import is_kernel_release
 from gpunode.profile.allowed import (
     ABSOLUTE_DIR,
     CMDLINE_KEY,
@@ -29,6 +28,7 @@ from gpunode.profile.allowed import (
     check,
     check_output_path,
     checked_power_limit,
+    is_kernel_release,
     shown,
 )
 from gpunode.profile.danger import check_i_know, node_dangers, unacknowledged
@@ -43,6 +43,10 @@ MAX_GPU_INDEX = 63
 MAX_CSTATE_LIMIT = 10
 #: RLIMIT_MEMLOCK upper bound in bytes (1 PiB): a larger number is a typo, use 'unlimited'.
 MEMLOCK_LIMIT = 1 << 50
+
+
+Vmid = Annotated[int, Field(strict=True, ge=100, le=999_999_999)]
+"""A Proxmox guest id (below 100 reserved)."""
 
 
 class NodeProfile(ProfileModel):
@@ -272,6 +276,28 @@ class NodeProfile(ProfileModel):
             runtime="allow installing the pinned driver",
         ),
     )
+    nvidia_driver_containers: list[Vmid] = Field(
+        default_factory=list,
+        max_length=64,
+        description="Proxmox containers (VMIDs, in start order) whose NVIDIA user-space "
+        "libraries follow the host's driver: a change of nvidia_driver (with "
+        "nvidia_driver_change) switches them in the same run as the host, or none of them "
+        "(docs/upgrade.md).",
+        json_schema_extra=setting_doc(
+            runtime="`pct exec VMID -- apt-get install PKG=VER` in each, read back with "
+                    "dpkg-query, held",
+        ),
+    )
+    nvidia_driver_drain: Literal["refuse", "stop-containers"] = Field(
+        "refuse",
+        description="What a driver change does while processes hold /dev/nvidia*: refuse "
+        "(nothing changed, the processes named), or stop-containers (pct stop the "
+        "nvidia_driver_containers holding GPU devices in reverse start order, pct start the "
+        "same ones after). Host processes are never stopped.",
+        json_schema_extra=setting_doc(
+            runtime="checked at plan time and again in the switch's script",
+        ),
+    )
     reboot: bool = Field(
         False, description="Allow the deploy to reboot to apply cmdline/kernel changes.",
         json_schema_extra=setting_doc(
@@ -428,6 +454,13 @@ class NodeProfile(ProfileModel):
     def _driver(cls, value: str | None) -> str | None:
         if value is not None:
             check(DRIVER_VERSION, value, "a version such as '550.127.05'")
+        return value
+
+    @field_validator("nvidia_driver_containers")
+    @classmethod
+    def _driver_containers(cls, value: list[int]) -> list[int]:
+        if len(set(value)) != len(value):
+            raise ValueError(f"each VMID once (start order), got {value}")
         return value
 
     @field_validator("nvidia_packages")

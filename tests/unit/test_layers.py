@@ -1,15 +1,19 @@
-"""The package reads top-down: no import runs back up the layers.
+"""The package reads top-down: no import runs back up the layers, and none goes round.
 
-deploys -> roles/<role> -> ops (generic operations) -> facts, profile (parsers
-and schema) -> pyinfra_adapter (pyinfra's internals). A module imports its own layer or
-those below. A role imports no other role: what two roles share (the Proxmox LXC config
-parser, the GPU device parsers) lives below both. Every import is read, those inside
+deploys -> roles/<role> -> ops (generic operations) -> facts (the node's parsers and the one
+read) -> profile (the schema) -> pyinfra_adapter (pyinfra's internals). A module imports its
+own layer or those below: facts may use the profile's types (a check's Status, the allowed
+patterns), the profile never reads the node. A role imports no other role: what two roles
+share (the Proxmox LXC config parser, the GPU device parsers) lives below both. No module
+reaches itself through its imports, within a layer too (gpunode.facts.snapshot_model holds
+the models that the read and the run's store share). Every import is read, those inside
 functions included.
 """
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable
 from pathlib import Path
 
 import gpunode
@@ -17,14 +21,15 @@ import gpunode
 PACKAGE = Path(gpunode.__file__).parent
 RANKS = {
     "gpunode.pyinfra_adapter": 0,
-    "gpunode.facts": 1,
     "gpunode.profile": 1,
-    "gpunode.ops": 2,
-    "gpunode.deploys": 4,
-    "gpunode.cli": 4,
-    "gpunode.__main__": 4,
+    "gpunode.decode": 1,
+    "gpunode.facts": 2,
+    "gpunode.ops": 3,
+    "gpunode.deploys": 5,
+    "gpunode.cli": 5,
+    "gpunode.__main__": 5,
 }
-ROLE_RANK = 3
+ROLE_RANK = 4
 
 
 def module_name(path: Path) -> str:
@@ -109,3 +114,61 @@ def test_the_check_finds_an_upward_import():
     assert layer("gpunode.ops.apt")[0] > layer("gpunode.facts.dpkg")[0]
     assert layer("gpunode.facts.snapshot")[0] > layer("gpunode.pyinfra_adapter")[0]
     assert "gpunode.facts.pve_config" in imports("gpunode.roles.lxc_gpu.ops")
+
+
+def cycles(found: Iterable[tuple[str, str]]) -> list[list[str]]:
+    """Each set of modules that reach each other through imports (Tarjan's strongly
+    connected components of more than one module, or a module importing itself)."""
+    graph: dict[str, set[str]] = {}
+    for m, t in found:
+        graph.setdefault(m, set()).add(t)
+        graph.setdefault(t, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    out: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = stack[stack.index(v):]
+            del stack[stack.index(v):]
+            if len(comp) > 1 or v in graph[v]:
+                out.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def test_no_import_cycle():
+    assert cycles(edges()) == []
+
+
+def test_the_cycle_check_bites():
+    """Two modules of one layer that import each other (the read and the store, as they
+    were), a longer ring and a self-import are caught; a diamond is not."""
+    pair = [("gpunode.facts.node_read", "gpunode.facts.snapshot"),
+            ("gpunode.facts.snapshot", "gpunode.facts.node_read")]
+    ring = [("a", "b"), ("b", "c"), ("c", "a")]
+    diamond = [("w", "x"), ("w", "y"), ("x", "z"), ("y", "z")]
+    assert cycles(pair) == [["gpunode.facts.node_read", "gpunode.facts.snapshot"]]
+    assert cycles(ring) == [["a", "b", "c"]]
+    assert cycles([("s", "s")]) == [["s"]]
+    assert cycles(diamond) == []
+
+
+def test_the_profile_reads_no_fact():
+    """The schema sits below the node's parsers: a profile module importing a fact is an
+    upward import (as gpunode.profile.node's kernel check once was)."""
+    assert layer("gpunode.profile.node")[0] < layer("gpunode.facts.kernels")[0]
+    assert not [t for m, t in edges() if m.startswith("gpunode.profile")
+                and t.startswith("gpunode.facts")]

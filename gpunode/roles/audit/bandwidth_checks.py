@@ -15,7 +15,7 @@ from __future__ import annotations
 from gpunode.facts.bandwidth import NcclPerf, pcie_link_gbs
 from gpunode.facts.pcie import PcieDevice
 from gpunode.profile.check import Check, not_applicable, ok
-from gpunode.roles.audit.gpu_checks import lspci_gpus, smi_gpus
+from gpunode.roles.audit.gpu_checks import smi_gpus
 from gpunode.roles.audit.snapshot import NodeSnapshot
 
 P2P_MIN_RATIO = 0.6
@@ -36,7 +36,7 @@ def _gpu_links(snap: NodeSnapshot) -> dict[int, tuple[float | None, str]]:
     """By nvidia-smi index (else lspci order, the PCI bus order nvidia-smi also uses)."""
     index = {g.pci_bdf: g.index for g in smi_gpus(snap)}
     links = {}
-    for position, device in enumerate(lspci_gpus(snap)):
+    for position, device in enumerate(snap.gpus):
         links[index.get(device.bdf, position)] = link_gbs(device)
     return links
 

@@ -10,6 +10,9 @@ Markdown and JSON; `engine_series` gives the per-engine Prometheus series:
     gpunode_engine_parallel_mismatch{engine,pid,container}  1 when TP x PP != its GPUs
     gpunode_engine_time_per_output_token_seconds{...}       the engine's mean (opt-in read)
     gpunode_engine_requests_running{...}                    the engine's own gauge (opt-in)
+    gpunode_engine_decode_ceiling_tokens_per_second{...}    the decode model's ceiling
+    gpunode_engine_decode_tokens_per_second{...}            measured: 1 / mean TPOT (opt-in)
+    gpunode_engine_decode_efficiency_ratio{...}             measured / ceiling
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 
 from gpunode.facts.engine_metrics import EngineNumbers
 from gpunode.profile.check import Check
+from gpunode.roles.audit.decode_report import decode_part
 from gpunode.roles.audit.engine_checks import engine_subject
 from gpunode.roles.audit.snapshot import NodeSnapshot
 
@@ -30,7 +34,15 @@ SERIES_HELP = {
     "gpunode_engine_parallel_mismatch": "1 when TP x PP differs from the GPUs it sees",
     "gpunode_engine_time_per_output_token_seconds": "the engine's mean time per output token",
     "gpunode_engine_requests_running": "requests the engine is running",
+    "gpunode_engine_decode_ceiling_tokens_per_second":
+        "batch-1 decode ceiling of the engine on this node (docs/decode.md)",
+    "gpunode_engine_decode_tokens_per_second":
+        "the engine's decode speed per stream, 1 / its mean time per output token",
+    "gpunode_engine_decode_efficiency_ratio": "measured decode speed / the ceiling",
 }
+DECODE_SERIES = (("ceiling_tokens_per_s", "gpunode_engine_decode_ceiling_tokens_per_second"),
+                 ("measured_tokens_per_s", "gpunode_engine_decode_tokens_per_second"),
+                 ("efficiency", "gpunode_engine_decode_efficiency_ratio"))
 
 
 def engine_rows(snap: NodeSnapshot, checks: list[Check],
@@ -54,6 +66,7 @@ def engine_rows(snap: NodeSnapshot, checks: list[Check],
             "parallel_mismatch": any(c.name == "parallel size" + subject and c.status != "ok"
                                      and c.status != "n/a" for c in mine),
             "metrics": None if read is None else read.model_dump(),
+            "decode": decode_part(snap, p, read),
         })
     return rows
 
@@ -86,7 +99,26 @@ def engines_text(rows: list[dict[str, Any]] | None, width: int = 96) -> list[str
         lines += textwrap.wrap(f"{row['engine']} {row['pid']} ({row['where']}): "
                                f"{_summary(row)}", width, initial_indent="  ",
                                subsequent_indent="      ")
+        for line in _decode_lines(row, "    "):
+            lines += textwrap.wrap(line, width, subsequent_indent="        ",
+                                   drop_whitespace=False) or [line]
     return [*lines, ""]
+
+
+def _decode_lines(row: dict[str, Any], indent: str) -> list[str]:
+    """The engine's Decode block: the step's bar, the measured speed and the fixes."""
+    decode = row.get("decode")
+    if not decode:
+        return []
+    lines = [f"{indent}Decode (batch 1):", *(indent + line for line in decode["bar"].split("\n"))]
+    if decode.get("measured_tokens_per_s") is not None:
+        eff = decode.get("efficiency")
+        lines.append(f"{indent}measured {decode['measured_tokens_per_s']:.1f} tokens/s "
+                     f"({decode.get('window')})" +
+                     ("" if eff is None else f": {eff:.0%} of the ceiling"))
+    lines += [f"{indent}if {f['fix']}: {f['ceiling_tokens_per_s']:.1f} tokens/s "
+              f"(+{f['gain']:.0%})" for f in decode.get("fixes", [])]
+    return lines
 
 
 def engines_markdown(rows: list[dict[str, Any]] | None) -> list[str]:
@@ -98,6 +130,10 @@ def engines_markdown(rows: list[dict[str, Any]] | None) -> list[str]:
     lines += ["| Engine | PID | Where | Summary |", "|---|---|---|---|"]
     lines += [f"| {r['engine']} | {r['pid']} | {r['where']} | "
               f"{_summary(r).replace('|', chr(92) + '|')} |" for r in rows]
+    for r in rows:
+        block = _decode_lines(r, "")
+        if block:
+            lines += ["", f"### Decode: {r['engine']} {r['pid']}", "", "```", *block[1:], "```"]
     return lines
 
 
@@ -129,6 +165,10 @@ def engine_series(rows: list[dict[str, Any]] | None, source: str = "audit") -> l
                           ("requests_running", "gpunode_engine_requests_running")):
             if metrics.get(key) is not None:
                 samples[name].append(f"{_labels(source, row)} {metrics[key]:g}")
+        decode = row.get("decode") or {}
+        for key, name in DECODE_SERIES:
+            if decode.get(key) is not None:
+                samples[name].append(f"{_labels(source, row)} {decode[key]:g}")
     lines: list[str] = []
     for name, values in samples.items():
         if values:

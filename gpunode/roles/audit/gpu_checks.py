@@ -12,7 +12,6 @@ from gpunode.facts.pcie import PcieDevice
 from gpunode.profile.check import Check, not_applicable, ok
 from gpunode.roles.audit.snapshot import NodeSnapshot
 
-GPU_CLASS_NAMES = ("VGA compatible controller", "3D controller", "Display controller")
 TEMP_MARGIN_C = 5
 HW_THROTTLE = ("hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
                "sw_thermal_slowdown")
@@ -22,21 +21,9 @@ NOT_READ = "not read (snapshot without the audit facts)"
 # --- which devices are GPUs -------------------------------------------------------------------
 
 
-def is_nvidia_gpu(device: PcieDevice) -> bool:
-    """An NVIDIA display/3D function; by name when lspci ran without -nn (no ids)."""
-    if device.unreadable:
-        return False
-    if device.vendor_id:
-        return device.vendor_id == "10de" and device.class_id.startswith("03")
-    return device.name.startswith("NVIDIA") and device.class_name in GPU_CLASS_NAMES
-
-
 def lspci_gpus(snap: NodeSnapshot) -> list[PcieDevice]:
-    """The GPUs lspci lists; where lspci is missing (or listed none), those sysfs shows."""
-    gpus = [d for d in snap.pcie if is_nvidia_gpu(d)]
-    if gpus or snap.pci_sysfs is None:
-        return gpus
-    return [d.as_pcie_device() for d in snap.pci_sysfs.gpus()]
+    """The node's GPUs, the one list of the snapshot (Snapshot.gpus: lspci's, else sysfs')."""
+    return list(snap.gpus)
 
 
 def smi_gpus(snap: NodeSnapshot) -> list[NvidiaGpu]:
@@ -45,7 +32,7 @@ def smi_gpus(snap: NodeSnapshot) -> list[NvidiaGpu]:
 
 def gpu_count(snap: NodeSnapshot) -> int:
     """GPUs seen by lspci, nvidia-smi or nvidia-smi nvlink, whichever sees most."""
-    return max(len(lspci_gpus(snap)), len(smi_gpus(snap)), len(snap.nvlink or []))
+    return max(len(snap.gpus), len(smi_gpus(snap)), len(snap.nvlink or []))
 
 
 def gpu_label(snap: NodeSnapshot, bdf: str) -> str:
@@ -66,7 +53,7 @@ def _no_gpu(name: str, kind: str) -> Check:
 
 def check_gpu_inventory(snap: NodeSnapshot) -> list[Check]:
     """Which GPUs the node has and which driver holds them (informational)."""
-    devices = lspci_gpus(snap)
+    devices = snap.gpus
     gpus = smi_gpus(snap)
     if not devices and not gpus:
         return [_no_gpu("GPUs", "GPUs")]
@@ -92,7 +79,7 @@ def check_gpu_inventory(snap: NodeSnapshot) -> list[Check]:
 def _smi_missing(snap: NodeSnapshot, name: str) -> Check:
     if snap.nvidia is None:
         return not_applicable(name, NOT_READ, kind=name)
-    if lspci_gpus(snap):
+    if snap.gpus:
         why = snap.nvidia.error or "nvidia-smi not installed or printed nothing"
         return not_applicable(name, f"nvidia-smi gave no report: {why} (see NVIDIA driver)",
                               kind=name)

@@ -26,7 +26,7 @@ from gpunode.ops.pcie import (
 )
 from gpunode.profile.check import DEPLOY_FIX, Check, not_applicable, ok
 from gpunode.profile.node import NodeProfile
-from gpunode.roles.audit.gpu_checks import lspci_gpus, smi_gpus
+from gpunode.roles.audit.gpu_checks import smi_gpus
 from gpunode.roles.audit.snapshot import NodeSnapshot
 
 KIND = "GPU P2P path"
@@ -78,7 +78,7 @@ class PairPath:
 def _labels(snap: NodeSnapshot) -> tuple[list[str], dict[str, int]]:
     """GPU BDFs (lspci, else nvidia-smi) and their nvidia-smi index."""
     index = {g.pci_bdf: g.index for g in smi_gpus(snap)}
-    bdfs = [d.bdf for d in lspci_gpus(snap)]
+    bdfs = [d.bdf for d in snap.gpus]
     bdfs += [b for b in index if b not in bdfs]
     return bdfs, index
 

@@ -14,7 +14,7 @@ import re
 
 from gpunode.facts.gpu_details import GpuDetails
 from gpunode.facts.nvidia import NvidiaGpu
-from gpunode.facts.pcie import SPEED_GEN, PcieDevice
+from gpunode.facts.pcie import SPEED_GEN, PcieDevice, is_nvidia_gpu
 from gpunode.profile.check import DEPLOY_FIX, Check, not_applicable, ok
 from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.gpu_checks import (
@@ -23,8 +23,6 @@ from gpunode.roles.audit.gpu_checks import (
     _smi_for,
     gpu_count,
     gpu_label,
-    is_nvidia_gpu,
-    lspci_gpus,
     smi_gpus,
 )
 from gpunode.roles.audit.snapshot import NodeSnapshot
@@ -43,7 +41,7 @@ def iommu_mode(snap: NodeSnapshot) -> tuple[str, str]:
     assert iommu is not None
     if iommu.groups == 0:
         return "off", "0 IOMMU groups"
-    gpu_groups = {d.iommu_group for d in lspci_gpus(snap) if d.iommu_group is not None}
+    gpu_groups = {d.iommu_group for d in snap.gpus if d.iommu_group is not None}
     types = iommu.group_types
     relevant = {types[g] for g in gpu_groups if g in types} or set(types.values())
     counts = ", ".join(f"{kind} {n}" for kind, n in iommu.type_counts().items())
@@ -113,7 +111,7 @@ def check_unreadable_pcie(snap: NodeSnapshot) -> list[Check]:
 
 def check_pcie_links(snap: NodeSnapshot) -> list[Check]:
     """Link width against the capability (hard); link speed with the idle-GPU rule."""
-    devices = lspci_gpus(snap)
+    devices = snap.gpus
     seen = {d.bdf for d in devices}
     extra = [g for g in smi_gpus(snap) if g.pci_bdf not in seen]
     if not devices and not extra:
@@ -204,7 +202,7 @@ def _smi_link_checks(label: str, gpu: NvidiaGpu, snap: NodeSnapshot) -> list[Che
 def check_max_payload(snap: NodeSnapshot) -> list[Check]:
     """MaxPayload (DevCtl) against the device's own maximum (DevCap)."""
     kind = "PCIe MaxPayload"
-    devices = lspci_gpus(snap)
+    devices = snap.gpus
     if not devices:
         return [_no_gpu(kind, kind)]
     checks = []
@@ -236,7 +234,7 @@ def check_max_payload(snap: NodeSnapshot) -> list[Check]:
 _REDIRECT_BITS = ("ReqRedir", "CmpltRedir")
 
 
-def _acs_bridges(snap: NodeSnapshot, gpus: list[PcieDevice]) -> tuple[list[PcieDevice], bool]:
+def _acs_bridges(snap: NodeSnapshot, gpus: tuple[PcieDevice, ...]) -> tuple[list[PcieDevice], bool]:
     """(the ACS-capable bridges above the GPUs, or every one when the topology is unknown;
     whether it is known)."""
     paths = snap.pci_paths or {}
@@ -263,7 +261,7 @@ def check_acs(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
     """ACS P2P redirection on the bridges above the GPUs (NCCL: redirects GPU peer traffic to
     the root complex: slow or hangs)."""
     name = kind = "PCIe ACS redirect"
-    gpus = lspci_gpus(snap)
+    gpus = snap.gpus
     if not gpus and not smi_gpus(snap):
         return [_no_gpu(name, kind)]
     bridges, known = _acs_bridges(snap, gpus)
@@ -330,7 +328,7 @@ def _rebar_check(name: str, kind: str, reading: tuple[str, bool, int | None] | N
 def check_rebar(snap: NodeSnapshot) -> list[Check]:
     """Resizable BAR: BAR1 maps the whole VRAM (nvidia-smi BAR1 total, else lspci sizes)."""
     kind = "Resizable BAR"
-    devices = {d.bdf: d for d in lspci_gpus(snap)}
+    devices = {d.bdf: d for d in snap.gpus}
     bdfs = list(devices) + [g.pci_bdf for g in smi_gpus(snap) if g.pci_bdf not in devices]
     if not bdfs:
         return [_no_gpu(kind, kind)]

@@ -15,10 +15,11 @@ from gpunode.facts.nvidia_modules import (
     gpu_architectures,
     wanted_flavour,
 )
+from gpunode.facts.pcie import is_nvidia_gpu
 from gpunode.ops.nvidia import power_limit_targets
 from gpunode.profile.check import DEPLOY_FIX, Check, not_applicable, ok
 from gpunode.profile.node import NodeProfile
-from gpunode.roles.audit.gpu_checks import NOT_READ, is_nvidia_gpu, lspci_gpus, smi_gpus
+from gpunode.roles.audit.gpu_checks import NOT_READ, smi_gpus
 from gpunode.roles.audit.gpu_checks import _smi_missing as smi_missing
 from gpunode.roles.audit.snapshot import NodeSnapshot
 
@@ -171,7 +172,7 @@ def check_module_flavour(profile: NodeProfile, snap: NodeSnapshot) -> list[Check
     name = kind = "NVIDIA kernel modules"
     if snap.nvidia is None:
         return [not_applicable(name, NOT_READ, kind=kind)]
-    devices = lspci_gpus(snap)
+    devices = snap.gpus
     if not devices and not driver_present(snap):
         return [not_applicable(name, NO_DRIVER, kind=kind)]
     archs = gpu_architectures([g.architecture for g in smi_gpus(snap)],

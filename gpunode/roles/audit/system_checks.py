@@ -20,7 +20,7 @@ from gpunode.facts.proxmox import esp_problem_message
 from gpunode.facts.shell_assign import ShellValueError
 from gpunode.profile.check import DEPLOY_FIX, Check, not_applicable, ok
 from gpunode.profile.node import NodeProfile
-from gpunode.roles.audit.gpu_checks import NOT_READ, lspci_gpus
+from gpunode.roles.audit.gpu_checks import NOT_READ
 from gpunode.roles.audit.snapshot import NodeSnapshot
 
 CONTAINER_MEMLOCK = "unlimited"
@@ -46,7 +46,7 @@ _DRIVER = "NVIDIA driver"
 class _Driver:
     """What the snapshot says about the NVIDIA driver."""
 
-    devices: list[PcieDevice]
+    devices: tuple[PcieDevice, ...]
     smi: NvidiaSmiReport
     loaded: str | None
     installed: set[str]
@@ -122,7 +122,7 @@ def check_driver(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
         return [not_applicable(_DRIVER, NOT_READ, kind=_DRIVER)]
     installed = {upstream_version(v) for v in (snap.driver_packages or {}).values()
                  if v and v[0].isdigit()}
-    d = _Driver(lspci_gpus(snap), snap.nvidia, snap.driver_loaded, installed)
+    d = _Driver(snap.gpus, snap.nvidia, snap.driver_loaded, installed)
     if not d.devices and not d.smi.present and not d.loaded:
         return [not_applicable(_DRIVER, "not present: no NVIDIA GPU or driver", kind=_DRIVER)]
     for found in (_driver_not_loaded(profile, d), _driver_mismatch(d)):

@@ -20,7 +20,7 @@ from gpunode.ops import cpu, modules, pcie, sysctl
 from gpunode.ops.apt import packages_present
 from gpunode.ops.changes import log_wrapped
 from gpunode.ops.cpu import cstate_script_variables
-from gpunode.ops.files import template_file
+from gpunode.ops.files import owned_file, render_template, sha1_text, template_file
 from gpunode.ops.preflight import uninstallable
 from gpunode.ops.services import unit_enabled_at_boot, unit_files
 from gpunode.ops.sysctl import absent_sysctls
@@ -120,7 +120,7 @@ def pciutils_note() -> str | None:
             "(vendor, device, class, NUMA node, link speed/width)")
 
 
-def tune_devices_and_cpu(profile: NodeProfile) -> None:
+def tune_devices_and_cpu(profile: NodeProfile, reexec_follows: bool = False) -> None:
     missing = pciutils_note()
     if missing:
         log_wrapped(logger.warning, f"{host.name}: {missing}")
@@ -144,8 +144,8 @@ def tune_devices_and_cpu(profile: NodeProfile) -> None:
     template_file("boot/gpunode-tune.sh.j2", BOOT_SCRIPT, mode="755",
                   **boot_script_variables(profile))
     unit_files(BOOT_UNIT, [("systemd/gpunode-tune.service.j2", BOOT_UNIT_FILE,
-                            {"script": BOOT_SCRIPT, "persistence": profile.gpu_persistence})])
-    unit_enabled_at_boot(BOOT_UNIT, "re-applies at boot")
+                            {"script": BOOT_SCRIPT, "persistence": profile.gpu_persistence})],
+               reexec_follows=reexec_follows)
 
 
 def needs(profile: NodeProfile) -> Needs:
@@ -156,15 +156,24 @@ def needs(profile: NodeProfile) -> Needs:
                  units=(BOOT_UNIT,), files=OWNED_FILES, contents=(MEMINFO,) if memory else ())
 
 
+def memlock_text(profile: NodeProfile) -> str:
+    """The manager's memlock drop-in as gpunode writes it."""
+    return render_template("systemd/90-gpunode-memlock.conf.j2",
+                           memlock_systemd=memlock_values(profile.memlock)[1])
+
+
+def reexec_planned(profile: NodeProfile) -> bool:
+    """Does this run rewrite the manager's memlock drop-in (so re-execute systemd)? Planned
+    from the snapshot, like the write itself."""
+    state = node().file(SYSTEMD_MEMLOCK_FILE)
+    return state is None or state.sha1 != sha1_text(memlock_text(profile))
+
+
 def tune_memlock(profile: NodeProfile) -> None:
-    kib, systemd_value = memlock_values(profile.memlock)
+    kib, _ = memlock_values(profile.memlock)
     template_file("limits/90-gpunode-memlock.conf.j2", LIMITS_FILE, memlock_kib=kib)
-    template_file(
-        "systemd/90-gpunode-memlock.conf.j2",
-        SYSTEMD_MEMLOCK_FILE,
-        after="systemctl daemon-reexec",
-        memlock_systemd=systemd_value,
-    )
+    owned_file(name=f"Write {SYSTEMD_MEMLOCK_FILE}", dest=SYSTEMD_MEMLOCK_FILE,
+               text=memlock_text(profile), after="systemctl daemon-reexec")
 
 
 @deploy("gpunode: tuning")
@@ -173,5 +182,9 @@ def host_tuning(profile: NodeProfile) -> None:
     packages_present(name="Install the tools gpunode reads and writes with", packages=PACKAGES)
     tune_sysctls(profile)
     tune_modules(profile)
-    tune_devices_and_cpu(profile)
+    # The boot unit's files go before the memlock drop-in: its daemon-reexec re-reads them,
+    # so neither a daemon-reload after them nor `enable`'s own reload is needed.
+    reexec = reexec_planned(profile)
+    tune_devices_and_cpu(profile, reexec_follows=reexec)
     tune_memlock(profile)
+    unit_enabled_at_boot(BOOT_UNIT, "re-applies at boot", reloaded=reexec)

@@ -3,7 +3,8 @@
 Changes: an apt preferences pin (/etc/apt/preferences.d/90-gpunode-nvidia.pref) and apt holds
 of the installed NVIDIA packages, when the installed driver is the pinned one. A different
 installed (or loaded) version is reported and changed only when nvidia_driver_change is true:
-then the pin selects the version and apt installs it; the new module is live after a reboot.
+then the pin selects the version and the upgrade (upgrade.py, docs/upgrade.md) switches host
+and the nvidia_driver_containers together, or puts both back.
 
 Flavour (nvidia_kernel_modules): the loaded and installed module's flavour (open or
 proprietary) is compared with the one the GPUs want (gpunode.facts.nvidia_modules); a
@@ -35,6 +36,7 @@ from gpunode.ops.shell import argv_text
 from gpunode.profile.node import NodeProfile
 from gpunode.pyinfra_adapter import deploy
 from gpunode.roles.nvidia_driver.packages import driver_release_packages
+from gpunode.roles.nvidia_driver.upgrade import current_plan, driver_upgrade, upgrade_needs
 
 
 class DriverPlan(BaseModel):
@@ -111,7 +113,8 @@ def needs(profile: NodeProfile) -> Needs:
     base = Needs(packages=tuple(NVIDIA_PATTERNS), nvidia=True, nvidia_module=True)
     if profile.nvidia_driver is None:
         return base
-    return base | Needs(files=(PREFERENCES_FILE,), holds=True)
+    pinned = base | Needs(files=(PREFERENCES_FILE,), holds=True)
+    return pinned | upgrade_needs(profile) if profile.nvidia_driver_change else pinned
 
 
 @deploy("gpunode: driver")
@@ -146,8 +149,11 @@ def nvidia_driver(profile: NodeProfile) -> None:
         nvidia_pin(plan.wanted)
         apt_hold(name=f"Hold NVIDIA driver {plan.wanted} packages",
                  packages=sorted(plan.installed))
+    elif profile.nvidia_driver_change and not plan.none_installed:
+        driver_upgrade(profile, current_plan(profile))
+        return
     elif profile.nvidia_driver_change:
-        packages = sorted(plan.installed) or packages_to_install(profile, wanted)
+        packages = packages_to_install(profile, wanted)
         nvidia_pin(plan.wanted)
         apt_hold(name="Release NVIDIA holds for the change", packages=packages, held=False)
         apt_update(name="apt-get update")

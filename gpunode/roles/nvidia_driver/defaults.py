@@ -8,6 +8,16 @@ schema (gpunode/profile/node.py); the list below is generated from it (make docs
 - nvidia_driver_change (default `false`): Allow installing the pinned driver when another
   version is installed (otherwise the mismatch is only reported). Now: allow installing the
   pinned driver.
+- nvidia_driver_containers (default `[]`): Proxmox containers (VMIDs, in start order) whose
+  NVIDIA user-space libraries follow the host's driver: a change of nvidia_driver (with
+  nvidia_driver_change) switches them in the same run as the host, or none of them
+  (docs/upgrade.md). Now: `pct exec VMID -- apt-get install PKG=VER` in each, read back with
+  dpkg-query, held.
+- nvidia_driver_drain (default `refuse`): What a driver change does while processes hold
+  /dev/nvidia*: refuse (nothing changed, the processes named), or stop-containers (pct stop the
+  nvidia_driver_containers holding GPU devices in reverse start order, pct start the same ones
+  after). Host processes are never stopped. Now: checked at plan time and again in the switch's
+  script.
 - nvidia_packages (default `null`): Driver packages to install when nvidia_driver_change allows
   it and no NVIDIA package is installed yet. None = chosen by nvidia_kernel_modules and
   nvidia_repository: Debian nvidia-driver + nvidia-open-kernel-dkms (open) or nvidia-kernel-dkms
@@ -32,6 +42,7 @@ schema (gpunode/profile/node.py); the list below is generated from it (make docs
 from gpunode.profile.node import NodeProfile
 
 SCHEMA = NodeProfile
-READS = ("nvidia_driver", "nvidia_driver_change", "nvidia_packages", "nvidia_repository",
+READS = ("nvidia_driver", "nvidia_driver_change", "nvidia_driver_containers",
+         "nvidia_driver_drain", "nvidia_packages", "nvidia_repository",
          "nvidia_kernel_modules")
 DEFAULTS = NodeProfile()

@@ -104,6 +104,16 @@ def test_aer_counters_of_gpu_and_port_and_replays():
     assert check_pcie_errors(_sysfs(fatal))[0].status == "P1"
 
 
+def test_the_gpus_are_found_once_per_snapshot():
+    """Every check family takes the one list (Snapshot.gpus); a copy with other devices
+    finds its own."""
+    snap = _sysfs().model_copy(update={"pci_sysfs": PciSysfsState(
+        lspci=False, devices={GPU.bdf: GPU, PORT.bdf: PORT})})
+    assert snap.gpus is snap.gpus and [d.bdf for d in snap.gpus] == [GPU.bdf]
+    none = snap.model_copy(update={"pci_sysfs": PciSysfsState(lspci=False, devices={})})
+    assert none.gpus == ()
+
+
 def test_without_pciutils_the_gpus_come_from_sysfs_and_acs_is_unknown():
     snap = _sysfs().model_copy(update={"pci_sysfs": PciSysfsState(
         lspci=False, devices={GPU.bdf: GPU, PORT.bdf: PORT})})

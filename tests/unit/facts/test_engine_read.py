@@ -183,3 +183,69 @@ def test_shm_is_the_processs_own_in_its_mount_namespace(stand_ins):
     finally:
         proc.kill()
         proc.wait()
+
+
+CONFIG = '{"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 32, "hidden_size": 4096}'
+
+
+def test_model_directory_config_and_weight_sizes(stand_ins):
+    # the model's files through /proc/PID/root: config.json and each shard's size (stat, sparse
+    # files here: their contents are never read)
+    root, start = stand_ins
+    model = root / "models" / "llama"
+    model.mkdir(parents=True)
+    (model / "config.json").write_text(CONFIG)
+    for name, size in (("model-00001-of-00002.safetensors", 4_976_698_672),
+                       ("model-00002-of-00002.safetensors", 1_168_138_808)):
+        with open(model / name, "wb") as f:
+            f.truncate(size)
+    (model / "tokenizer.json").write_text("{}")
+    proc = start("-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
+                 "--max-model-len", "8k")
+    wait_started(proc)
+    found, _ = read({proc.pid})
+    p = found[proc.pid]
+    assert p.model_dir == str(model)
+    assert p.hf_config is not None and p.hf_config["num_hidden_layers"] == 32
+    assert (p.weight_bytes, p.weight_files) == (4_976_698_672 + 1_168_138_808, 2)
+    assert p.settings.max_model_len == 8000
+
+
+def test_hub_id_in_the_processs_hf_cache_and_hf_config_path(stand_ins):
+    root, start = stand_ins
+    hub = root / "hf" / "hub" / "models--meta-llama--Llama-3.1-8B-Instruct" / "snapshots"
+    old, new = hub / "0aaa", hub / "0e9e39f"
+    for snap in (old, new):
+        snap.mkdir(parents=True)
+        (snap / "config.json").write_text(CONFIG)
+        time.sleep(0.05)
+    with open(new / "model.safetensors", "wb") as f:
+        f.truncate(1000)
+    other = root / "other"
+    other.mkdir()
+    (other / "config.json").write_text('{"num_hidden_layers": 80}')
+    proc = start("-m", "vllm.entrypoints.openai.api_server", "--model",
+                 "meta-llama/Llama-3.1-8B-Instruct", "--hf-config-path", str(other),
+                 env={"HF_HOME": str(root / "hf")})
+    sglang = start("-m", "sglang.launch_server", "--model-path", "meta-llama/Llama-3.1-8B-Instruct",
+                   env={"HF_HUB_CACHE": str(root / "hf" / "hub")})
+    wait_started(proc, sglang)
+    found, _ = read({proc.pid, sglang.pid})
+    v, s = found[proc.pid], found[sglang.pid]
+    assert v.model_dir == str(new) and v.weight_bytes == 1000
+    assert v.hf_config == {"num_hidden_layers": 80}  # --hf-config-path wins
+    assert s.model_dir == str(new) and s.hf_config is not None
+    assert s.hf_config["num_hidden_layers"] == 32
+
+
+def test_model_not_found_or_with_dotdot_is_a_note(stand_ins):
+    _, start = stand_ins
+    missing = start("-m", "vllm.entrypoints.openai.api_server", "--model", "org/absent",
+                    env={"HOME": "/nonexistent"})
+    dotdot = start("-m", "sglang.launch_server", "--model-path", "../../etc")
+    wait_started(missing, dotdot)
+    found, _ = read({missing.pid, dotdot.pid})
+    m, d = found[missing.pid], found[dotdot.pid]
+    assert (m.model_dir, m.hf_config, m.weight_bytes) == (None, None, None)
+    assert any(n.startswith("model 'org/absent': no directory") for n in m.notes), m.notes
+    assert "the model path has '..': not read" in d.notes and d.model_dir is None

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gpunode.facts.engines import engine_of, gpus_per_node, parse_settings
+from gpunode.facts.engines import engine_of, expert_parallel_size, gpus_per_node, parse_settings
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "engines"
 CASES = yaml.safe_load((DATA / "captured.yaml").read_text())
@@ -148,3 +148,47 @@ def test_gpus_per_node_counts_replicas_and_nodes():
     assert dp is not None and gpus_per_node(dp) == 4
     assert two_nodes is not None and gpus_per_node(two_nodes) == 4
     assert dp_attention is not None and gpus_per_node(dp_attention) == 8
+
+
+@pytest.mark.parametrize("raw, want", [
+    ("4096", 4096), ("1k", 1000), ("1K", 1024), ("25.6k", 25600), ("32K", 32768),
+    ("auto", None), ("-1", None),
+])
+def test_vllm_max_model_len_reads_human_ints(raw, want):
+    # vLLM's human_readable_int (vllm/engine/arg_utils.py): lowercase decimal, uppercase binary
+    settings = parse_settings(["vllm", "serve", "m", "--max-model-len", raw])
+    assert settings is not None and settings.max_model_len == want and not settings.problems
+
+
+def test_vllm_decimal_with_a_binary_suffix_is_refused():
+    settings = parse_settings(["vllm", "serve", "m", "--max-model-len", "1.5K"])
+    assert settings is not None and settings.max_model_len is None
+    assert settings.problems == ["--max-model-len '1.5K' is not a number"]
+
+
+def test_decode_inputs_of_vllm_sglang_and_llama_cpp():
+    # JihyunLee1/panic_demo src/run_model_server.sh (the api_server module, --kv-cache-dtype)
+    vllm = parse_settings(shlex.split(
+        "python -m vllm.entrypoints.openai.api_server --model ./model/checkpoint-5500_merged "
+        "--served-model-name pacer --host 0.0.0.0 --port 8001 --dtype float16 "
+        "--tensor-parallel-size 2 --max-model-len 512 --kv-cache-dtype fp8"))
+    assert vllm is not None
+    assert (vllm.dtype, vllm.kv_cache_dtype, vllm.max_model_len, vllm.tensor_parallel) == (
+        "float16", "fp8", 512, 2)
+    # cornell-sysphotonics/ccl-bench trace_collection/...dp_4_tp_1_ep_4.../run.sh
+    ep = parse_settings(shlex.split(
+        "vllm serve /pscratch/sd/c/cp724/DeepSeek-V2-Lite --data-parallel-size 4 "
+        "--tensor-parallel-size 1 --enable-expert-parallel --port 8000"))
+    assert ep is not None and expert_parallel_size(ep) == 4
+    q = parse_settings(["vllm", "serve", "m", "-q", "awq", "--hf-config-path", "/cfg"])
+    assert q is not None and (q.quantization, q.hf_config_path) == ("awq", "/cfg")
+    sg = parse_settings(["python3", "-m", "sglang.launch_server", "--model-path", "m",
+                         "--quantization", "fp8", "--ep-size", "8", "--tp", "8"])
+    assert sg is not None and sg.quantization == "fp8" and expert_parallel_size(sg) == 8
+    llama = parse_settings(["llama-server", "-m", "/models/x-00001-of-00003.gguf", "-c", "8192",
+                            "-ctk", "q8_0"])
+    assert llama is not None
+    assert (llama.model, llama.max_model_len, llama.kv_cache_dtype) == (
+        "/models/x-00001-of-00003.gguf", 8192, "q8_0")
+    env = parse_settings(["llama-server"], {"LLAMA_ARG_CTX_SIZE": "4096"})
+    assert env is not None and env.max_model_len == 4096

@@ -192,10 +192,9 @@ def test_fact_command_and_process():
 def test_unreadable_block_is_kept_with_its_bdf_and_never_selected():
     """A function whose config space reads all ones ('!!! Unknown header type 7f'): kept in
     the list with its BDF and why, selected by no selector, reported by deploy and audit."""
-    from gpunode.facts.pcie import unreadable_note
+    from gpunode.facts.pcie import is_nvidia_gpu, unreadable_note
     from gpunode.ops.pcie import selected_devices
     from gpunode.profile.node import PcieSelector
-    from gpunode.roles.audit.gpu_checks import is_nvidia_gpu
     from gpunode.roles.audit.pcie_checks import check_unreadable_pcie
 
     (dev,) = parse_lspci_vvv(read("pcie/lspci_vvvxnn_unknown_header_7f_navi10_bridge.txt"))

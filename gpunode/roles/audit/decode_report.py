@@ -1,0 +1,161 @@
+"""What the audit read feeds the decode model (issue 40), per engine process (pure).
+
+`decode_inputs(snap, p)` gathers the inputs of gpunode.decode.step.DecodeInputs from the
+snapshot: the GPUs (name and count, nvidia-smi), the link between the engine's GPUs and whether
+P2P works (nvidia-smi topo -m / -p2p r), TP/PP, eager, the context (--max-model-len, else
+ASSUMED_CONTEXT, stated "assumed"), the model's config.json and the weights' bytes on disk. Each
+value says where it was read (`sources`); each input that could not be read says how to give
+it (`missing`). `measured_tokens_per_s(numbers)` is the engine's own figure: 1 / its mean time
+per output token (histogram sum / count), over the window "since engine start".
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import ValidationError
+
+from gpunode.decode.gpus import lookup_gpu
+from gpunode.decode.shape import DecodeInputError, dtype_bytes_from_config, shape_from_config
+from gpunode.decode.step import DecodeInputs, decode_json, decode_step, step_bar, what_if
+from gpunode.facts.engine_metrics import EngineNumbers
+from gpunode.facts.engine_read import EngineProcess
+from gpunode.roles.audit.snapshot import NodeSnapshot
+
+ASSUMED_CONTEXT = 4096
+"""Tokens of KV read per step when the engine's maximum length is not on its command line
+(an assumption, said so in the report: a short chat turn's context)."""
+WINDOW = "since engine start"
+"""vLLM/SGLang histograms count from the engine's start: their sum / count is that mean."""
+LINK_ORDER = ("SYS", "NODE", "PHB", "PXB", "PIX")
+"""nvidia-smi topo -m's legend, slowest first; NV# (NVLink) is faster than all of them."""
+
+
+def _link_rank(link: str) -> int:
+    return LINK_ORDER.index(link) if link in LINK_ORDER else len(LINK_ORDER)
+
+
+def engine_link(snap: NodeSnapshot, gpus: int) -> tuple[str | None, bool | None]:
+    """(the slowest link class, P2P works on every pair) among GPUs 0..gpus-1; None: not read
+    (one GPU has no link to cross)."""
+    topo = snap.topology
+    if topo is None or gpus < 2:
+        return None, None
+    pairs = [f"{a}-{b}" for a in range(gpus) for b in range(a + 1, gpus)]
+    links = [topo.links[k] for k in pairs if k in topo.links]
+    link = min(links, key=_link_rank) if len(links) == len(pairs) else None
+    p2p_values = [topo.p2p_read[k] for k in pairs if k in topo.p2p_read]
+    p2p = all(v == "OK" for v in p2p_values) if len(p2p_values) == len(pairs) else None
+    return link, p2p
+
+
+def decode_inputs(snap: NodeSnapshot, p: EngineProcess) -> dict[str, Any]:
+    """The decode model's inputs for engine process `p`: DecodeInputs' fields by name, with
+    `config` (the model's config.json, for shape_from_config), `gpu_name`, `sources` and
+    `missing`."""
+    s = p.settings
+    sources: dict[str, str] = {}
+    missing: dict[str, str] = {}
+    gpus = snap.nvidia.gpus if snap.nvidia is not None else []
+    gpu_name = gpus[0].name if gpus else None
+    if gpu_name:
+        sources["gpu"] = "nvidia-smi"
+        sources["gpu_count"] = "nvidia-smi"
+    else:
+        missing["gpu"] = ("nvidia-smi printed no GPU: install the driver, or give "
+                          "decode.gpu_memory_bandwidth_gb_s in the profile")
+    sources["tp"] = s.source.get("tensor_parallel", "engine default")
+    sources["pp"] = s.source.get("pipeline_parallel", "engine default")
+    sources["eager"] = s.source.get("eager", "engine default")
+    if s.max_model_len:
+        context = s.max_model_len
+        sources["context"] = s.source.get("max_model_len", "--max-model-len")
+    else:
+        context = ASSUMED_CONTEXT
+        sources["context"] = (f"assumed: {ASSUMED_CONTEXT} tokens (no --max-model-len, "
+                              "--context-length or -c on the command line)")
+    config = p.hf_config
+    if config is not None:
+        sources["shape"] = f"config.json in {p.model_dir or s.hf_config_path}"
+    else:
+        missing["model_config"] = (f"config.json of {s.model or 'the model'} not read ("
+                            f"{'; '.join(n for n in p.notes if 'model' in n) or 'no model path'})"
+                            ": give decode.model_config (a config.json path) in the profile")
+    if p.weight_bytes is not None:
+        sources["weights_bytes"] = f"{p.weight_files} weight files in {p.model_dir}"
+    else:
+        missing["weights_bytes"] = ("no *.safetensors, *.bin or *.gguf file found by the "
+                                    "model's path: the size is counted from config.json")
+    world = s.tensor_parallel * s.pipeline_parallel
+    link, p2p = engine_link(snap, min(world, len(gpus)) if gpus else 0)
+    if world > 1:
+        if link is not None:
+            sources["link"] = "nvidia-smi topo -m"
+        else:
+            missing["link"] = "nvidia-smi topo -m not read (the audit reads it with the GPUs)"
+        if p2p is not None:
+            sources["p2p"] = "nvidia-smi topo -p2p r"
+    return {"gpu_name": gpu_name, "gpu_count": len(gpus) or None, "tp": s.tensor_parallel,
+            "pp": s.pipeline_parallel, "eager": s.eager, "context": context, "config": config,
+            "weights_bytes": p.weight_bytes, "link": link, "p2p": p2p, "sources": sources,
+            "missing": missing}
+
+
+def measured_tokens_per_s(numbers: EngineNumbers | None) -> tuple[float | None, str | None]:
+    """(tokens/s of one stream, the window) from the engine's mean time per output token."""
+    if numbers is None or not numbers.time_per_output_token_s:
+        return None, None
+    return 1.0 / numbers.time_per_output_token_s, WINDOW
+
+
+def decode_part(snap: NodeSnapshot, p: EngineProcess,
+                numbers: EngineNumbers | None = None) -> dict[str, Any]:
+    """The report's "decode" object of engine `p` (gpunode.decode.step.decode_json) with
+    `fixes`: what the audit's findings would give if fixed, largest gain first."""
+    raw = decode_inputs(snap, p)
+    sources, missing = dict(raw["sources"]), dict(raw["missing"])
+    shape = per_param = None
+    if raw["config"] is not None:
+        try:
+            shape = shape_from_config(raw["config"])
+        except DecodeInputError as exc:
+            sources.pop("shape", None)
+            missing["model_config"] = f"config.json {exc.field}: {exc.fix}"
+        per_param, where = dtype_bytes_from_config(raw["config"])
+        if per_param is not None:
+            sources["weight_bytes_per_param"] = where
+    gpu = lookup_gpu(raw["gpu_name"]) if raw["gpu_name"] else None
+    if raw["gpu_name"] and gpu is None:
+        sources.pop("gpu", None)
+        missing["gpu"] = (f"{raw['gpu_name']!r} is not in gpunode/decode/gpus.yaml: give "
+                          "decode.gpu_memory_bandwidth_gb_s in the profile")
+    try:
+        inputs = DecodeInputs(
+            shape=shape, weights_bytes=raw["weights_bytes"], weight_bytes_per_param=per_param,
+            gpu=gpu, gpu_count=raw["gpu_count"], tp=raw["tp"], pp=raw["pp"],
+            context=raw["context"], eager=raw["eager"], link=raw["link"], p2p=raw["p2p"],
+            sources=sources, missing=missing)
+    except ValidationError as exc:  # e.g. -tp 0 on the command line: no figure, no crash
+        error = exc.errors()[0]
+        field = ".".join(str(x) for x in error["loc"])
+        missing[field] = f"the engine's {field} {error.get('input')!r}: {error['msg']}"
+        inputs = DecodeInputs(sources=sources, missing=missing)
+    result = decode_step(inputs)
+    measured, window = measured_tokens_per_s(numbers)
+    out = decode_json(result, measured, window)
+    fixes: list[dict[str, Any]] = []
+    changes: list[tuple[str, dict[str, Any]]] = []
+    if inputs.eager:
+        changes.append(("CUDA graphs on (drop --enforce-eager / --disable-cuda-graph)",
+                        {"eager": False}))
+    if inputs.p2p is False:
+        changes.append(("P2P on between the engine's GPUs (see the audit's P2P findings)",
+                        {"p2p": True}))
+    for what, change in changes:
+        fixed = what_if(inputs, **change).ceiling_tokens_per_s
+        if fixed is not None and result.ceiling_tokens_per_s:
+            fixes.append({"fix": what, "ceiling_tokens_per_s": fixed,
+                          "gain": fixed / result.ceiling_tokens_per_s - 1})
+    out["fixes"] = sorted(fixes, key=lambda f: -f["gain"])
+    out["bar"] = step_bar(result)
+    return out
