@@ -7,6 +7,8 @@ from __future__ import annotations
 METRIC_HELP = {
     "gpunode_setting_ok": "1 when the setting reads back as the gpunode profile wants, "
     "0 when it drifted",
+    "gpunode_setting_pending": "1 when a setting that does not read back yet is in place and "
+    "waits for a reboot or restart (not drift)",
     "gpunode_findings": "gpunode checks not ok, by severity (P0 fix now, P1 needs a reboot "
     "or restart, P2 minor, limit the hardware's own)",
     "gpunode_pending_reboot": "1 when a gpunode change is in place and waits for a reboot",

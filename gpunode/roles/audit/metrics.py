@@ -6,6 +6,7 @@ The same metric names come from two places, told apart by the `source` label:
 - `source="timer"`: gpunode-verify.timer on the node (templates/verify/gpunode-verify.sh.j2).
 
     gpunode_setting_ok{setting}              1 read back as the profile wants, 0 drifted
+    gpunode_setting_pending{setting}         1 in place, waits for a reboot or restart
     gpunode_findings{severity}               open checks: P0, P1, P2 and hardware limits
     gpunode_pending_reboot                   1 when a change only waits for a reboot
     gpunode_pending_restart                  1 when a container only waits for a restart
@@ -59,11 +60,14 @@ def metrics_registry(settings: list[Check], checks: list[Check], source: str,
 
     registry = CollectorRegistry(auto_describe=True)
     setting_ok = _gauge(registry, "gpunode_setting_ok", "setting")
+    setting_pending = _gauge(registry, "gpunode_setting_pending", "setting")
     seen: set[str] = set()
     for check in settings:
         if check.status in SETTING_STATUSES and check.name not in seen:
             seen.add(check.name)
             setting_ok.labels(source, check.name).set(1 if check.status == "ok" else 0)
+            if check.status != "ok" and check.pending:
+                setting_pending.labels(source, check.name).set(1)
     findings = _gauge(registry, "gpunode_findings", "severity")
     for severity in SEVERITIES:
         findings.labels(source, severity).set(sum(c.status == severity for c in checks))

@@ -55,6 +55,8 @@ def test_audit_metrics_parse_and_say_what_drifted():
     assert got[("gpunode_setting_ok", (("setting", "sysctl vm.swappiness"), audit))] == 1
     assert got[("gpunode_setting_ok", (("setting", "sysctl kernel.numa_balancing"), audit))] == 0
     assert got[("gpunode_setting_ok", (("setting", "cmdline processor.max_cstate"), audit))] == 0
+    pending = [dict(k[1])["setting"] for k in got if k[0] == "gpunode_setting_pending"]
+    assert pending == ["cmdline processor.max_cstate"]  # in place, waits for the reboot
     # A quote and a backslash in a name survive the round trip.
     assert got[("gpunode_setting_ok", (("setting", 'odd "name" \\ here'), audit))] == 1
     # A device that refused the write is a hardware limit, not a drifted setting.
@@ -143,9 +145,12 @@ def _run_script(tmp_path: Path, **node: str) -> dict:
     help_lines = {line.split(" ", 3)[2]: line.split(" ", 3)[3]
                   for line in text.splitlines() if line.startswith("# HELP")}
     assert all(HELP[name] == text_ for name, text_ in help_lines.items())  # same as the audit's
+    all_samples = samples(text).items()
     got = {dict(k[1]).get("setting", dict(k[1]).get("severity", k[0])): v
-           for k, v in samples(text).items()}
-    return {"got": got, "stderr": run.stderr, "text": text}
+           for k, v in all_samples if k[0] != "gpunode_setting_pending"}
+    pending = {dict(k[1])["setting"] for k, v in all_samples
+               if k[0] == "gpunode_setting_pending" and v == 1}
+    return {"got": got, "pending": pending, "stderr": run.stderr, "text": text}
 
 
 def test_verify_script_reports_drift_and_pending_reboot(tmp_path):
@@ -161,6 +166,9 @@ def test_verify_script_reports_drift_and_pending_reboot(tmp_path):
             in run["stderr"])
     assert got["CPU governor"] == 0
     assert got["cmdline iommu"] == 0 and got["cmdline processor.max_cstate"] == 0
+    # In the bootloader's config, waiting for the reboot: pending, not drift.
+    assert run["pending"] == {"cmdline iommu", "cmdline processor.max_cstate",
+                              "cmdline intel_idle.max_cstate"}
     assert got["memlock (systemd default)"] == 1
     assert got["gpunode_pending_reboot"] == 1
     assert got["P0"] == 4 and got["P1"] == 3
