@@ -37,9 +37,9 @@ KERNELS_PER_LAYER = 12
 KERNELS_PER_TOKEN = 4
 
 MODEL_HOW = ("--config FILE (the model's config.json, or its .gguf file); on a node the "
-             "profile key decode.model_config (the config.json's path)")
+             "profile key decode_model_config (the config.json's path on the node)")
 GPU_HOW = ("--gpu \"NAME\" (the name nvidia-smi prints, one of gpunode/decode/gpus.yaml); on a "
-           "node the profile key decode.gpu_memory_bandwidth_gb_s (the GPU's memory bandwidth)")
+           "node the profile key decode_gpu_bandwidth_gb_s (the GPU's memory bandwidth)")
 
 
 class Sourced(BaseModel):
@@ -58,6 +58,9 @@ class DecodeInputs(BaseModel):
     weights_bytes: int | None = Field(default=None, ge=0)
     weight_bytes_per_param: float | None = Field(default=None, gt=0, le=8)
     gpu: GpuSpec | None = None
+    bandwidth_gb_s: float | None = Field(default=None, gt=0, le=20000)
+    """One GPU's memory bandwidth given (profile decode_gpu_bandwidth_gb_s): wins over the
+    GPU table's, and stands in for a GPU not in it."""
     gpu_count: int | None = Field(default=None, ge=0, le=1024)
     tp: int = Field(default=1, ge=1, le=1024)
     pp: int = Field(default=1, ge=1, le=1024)
@@ -124,7 +127,7 @@ def _missing(inputs: DecodeInputs) -> list[dict[str, str]]:
 
     if inputs.shape is None:
         add("model_config", MODEL_HOW)
-    if inputs.gpu is None:
+    if inputs.gpu is None and inputs.bandwidth_gb_s is None:
         add("gpu", GPU_HOW)
     if inputs.shape is not None and not inputs.weights_bytes and not inputs.weight_bytes_per_param:
         add("weights_bytes", "--weights-bytes N (all weight files' bytes, every shard), or a "
@@ -158,6 +161,9 @@ def _inputs(inputs: DecodeInputs) -> dict[str, Sourced]:
     put("weight_bytes_per_param", inputs.weight_bytes_per_param, "config.json")
     if inputs.gpu is not None:
         put("gpu", inputs.gpu.name, "nvidia-smi")
+    if inputs.bandwidth_gb_s is not None:
+        put("memory_bandwidth_gb_s", inputs.bandwidth_gb_s, "given")
+    elif inputs.gpu is not None:
         put("memory_bandwidth_gb_s", inputs.gpu.memory_bandwidth_gb_s,
             f"gpus.yaml: {inputs.gpu.source}")
     put("gpu_count", inputs.gpu_count, "nvidia-smi")
@@ -178,8 +184,9 @@ def decode_step(inputs: DecodeInputs) -> DecodeResult:
     terms: dict[str, float | None] = dict.fromkeys(TERMS)
     shape, gpu = inputs.shape, inputs.gpu
     tp = inputs.tp
-    if shape is not None and gpu is not None:
-        bandwidth = gpu.memory_bandwidth_gb_s * 1e9
+    given = inputs.bandwidth_gb_s or (gpu.memory_bandwidth_gb_s if gpu is not None else None)
+    if shape is not None and given is not None:
+        bandwidth = given * 1e9
         read, _ = _weights_bytes(inputs)
         if read is not None:
             terms["weights"] = read / tp / bandwidth * 1e3

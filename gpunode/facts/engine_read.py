@@ -356,9 +356,10 @@ def parse_engine_read(lines: list[str]) -> EngineReadState:
 _STATUS_KEYS = "^(PPid|Uid|Cpus_allowed_list|Mems_allowed_list):"
 _CONFIG_ARG = "/^--config=/{s/^--config=//p;q}; /^--config$/{n;p;q}"
 _PREFIXES = r"s#^\(/.*\)/bin/[^/]*$#\1#p"
-_MODEL_ARG = (r"/^--(model|model-path|model-id)=/{s/^[^=]*=//p;q}; "
+_MODEL_ARG = (r"/^serve$/{n;/^-/!{p;q};}; "  # `vllm serve MODEL`; `serve --model M` falls on
+              r"/^--(model|model-path|model-id)=/{s/^[^=]*=//p;q}; "
               r"/^(--model|--model-path|--model-id)$/{n;/^-/q;p;q}; "
-              r"/^-m$/{n;/^-/q;/^(vllm|sglang)\./b;p;q}; /^serve$/{n;/^-/q;p;q}")
+              r"/^-m$/{n;/^-/q;/^(vllm|sglang)\./b;p;q}")
 _HF_CONFIG_ARG = r"/^--hf-config-path=/{s/^[^=]*=//p;q}; /^--hf-config-path$/{n;p;q}"
 _HUB_ID = "[A-Za-z0-9_.-]*/[A-Za-z0-9_.-]*"
 _WEIGHTS = ("*.safetensors", "*.bin", "*.gguf")

@@ -53,6 +53,8 @@ FS_TYPES = re.compile(r"[a-z0-9]{1,16}(?:;[a-z0-9]{1,16}){0,15}")
 TIME_SPAN = re.compile(r"[1-9][0-9]{0,5}(?:s|min|h|d)")
 #: An absolute directory of plain path characters (it lands in a unit file and a script).
 ABSOLUTE_DIR = re.compile(r"(?:/[A-Za-z0-9_.\-]{1,64}){1,16}")
+#: An absolute path of a .json file (a model's config.json; Hugging Face cache paths too).
+JSON_FILE = re.compile(r"(?:/[A-Za-z0-9_.@+=\-]{1,128}){1,32}\.json")
 #: The one text rule: every character some reader or writer of gpunode's files treats as a
 #: line break or a control: C0 (NUL, \n \r \v \f, the \x1c-\x1e separators ...), DEL, C1
 #: (\x85 NEL ...) and U+2028/U+2029, which are all of str.splitlines()'s separators.

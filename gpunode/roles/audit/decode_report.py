@@ -11,15 +11,18 @@ per output token (histogram sum / count), over the window "since engine start".
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from pydantic import ValidationError
 
+from gpunode.decode.dtypes import engine_weight_bytes, kv_bytes
 from gpunode.decode.gpus import lookup_gpu
 from gpunode.decode.shape import DecodeInputError, dtype_bytes_from_config, shape_from_config
 from gpunode.decode.step import DecodeInputs, decode_json, decode_step, step_bar, what_if
 from gpunode.facts.engine_metrics import EngineNumbers
-from gpunode.facts.engine_read import EngineProcess
+from gpunode.facts.engine_read import CONFIG_BYTES, EngineProcess
+from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.snapshot import NodeSnapshot
 
 ASSUMED_CONTEXT = 4096
@@ -49,10 +52,37 @@ def engine_link(snap: NodeSnapshot, gpus: int) -> tuple[str | None, bool | None]
     return link, p2p
 
 
-def decode_inputs(snap: NodeSnapshot, p: EngineProcess) -> dict[str, Any]:
+MODEL_KEY = "decode_model_config"
+BANDWIDTH_KEY = "decode_gpu_bandwidth_gb_s"
+
+
+def profile_config(snap: NodeSnapshot, profile: NodeProfile | None
+                   ) -> tuple[dict[str, Any] | None, str]:
+    """(the profile's decode_model_config as read on the node, or None and why not)."""
+    path = profile.decode_model_config if profile is not None else None
+    if path is None:
+        return None, f"give {MODEL_KEY} (a config.json path on the node) in the profile"
+    lines = snap.contents.get(path)
+    if lines is None:
+        return None, f"the profile's {MODEL_KEY} {path} is not on the node: give the path of a file there"
+    text = "\n".join(lines)
+    data: object = None
+    if len(text) <= CONFIG_BYTES:
+        try:
+            data = json.loads(text)
+        except ValueError:
+            data = None
+    if not isinstance(data, dict):
+        return None, (f"the profile's {MODEL_KEY} {path} is not a JSON object of at most "
+                      f"{CONFIG_BYTES} bytes: give the model's config.json")
+    return data, ""
+
+
+def decode_inputs(snap: NodeSnapshot, p: EngineProcess,
+                  profile: NodeProfile | None = None) -> dict[str, Any]:
     """The decode model's inputs for engine process `p`: DecodeInputs' fields by name, with
-    `config` (the model's config.json, for shape_from_config), `gpu_name`, `sources` and
-    `missing`."""
+    `config` (the model's config.json, for shape_from_config; the profile's decode_model_config
+    where the engine's own is not read), `gpu_name`, `sources` and `missing`."""
     s = p.settings
     sources: dict[str, str] = {}
     missing: dict[str, str] = {}
@@ -63,7 +93,7 @@ def decode_inputs(snap: NodeSnapshot, p: EngineProcess) -> dict[str, Any]:
         sources["gpu_count"] = "nvidia-smi"
     else:
         missing["gpu"] = ("nvidia-smi printed no GPU: install the driver, or give "
-                          "decode.gpu_memory_bandwidth_gb_s in the profile")
+                          f"{BANDWIDTH_KEY} in the profile")
     sources["tp"] = s.source.get("tensor_parallel", "engine default")
     sources["pp"] = s.source.get("pipeline_parallel", "engine default")
     sources["eager"] = s.source.get("eager", "engine default")
@@ -76,11 +106,16 @@ def decode_inputs(snap: NodeSnapshot, p: EngineProcess) -> dict[str, Any]:
                               "--context-length or -c on the command line)")
     config = p.hf_config
     if config is not None:
-        sources["shape"] = f"config.json in {p.model_dir or s.hf_config_path}"
+        sources["model_config"] = f"config.json in {p.model_dir or s.hf_config_path}"
     else:
-        missing["model_config"] = (f"config.json of {s.model or 'the model'} not read ("
-                            f"{'; '.join(n for n in p.notes if 'model' in n) or 'no model path'})"
-                            ": give decode.model_config (a config.json path) in the profile")
+        config, why = profile_config(snap, profile)
+        if config is not None:
+            sources["model_config"] = (f"profile: {MODEL_KEY} {profile and profile.decode_model_config}"
+                                       " (read on the node)")
+        else:
+            missing["model_config"] = (
+                f"config.json of {s.model or 'the model'} not read ("
+                f"{'; '.join(n for n in p.notes if 'model' in n) or 'no model path'}): {why}")
     if p.weight_bytes is not None:
         sources["weights_bytes"] = f"{p.weight_files} weight files in {p.model_dir}"
     else:
@@ -108,33 +143,61 @@ def measured_tokens_per_s(numbers: EngineNumbers | None) -> tuple[float | None, 
     return 1.0 / numbers.time_per_output_token_s, WINDOW
 
 
-def decode_part(snap: NodeSnapshot, p: EngineProcess,
-                numbers: EngineNumbers | None = None) -> dict[str, Any]:
+def _dtypes(p: EngineProcess, config: dict[str, Any] | None, sources: dict[str, str],
+            missing: dict[str, str]) -> tuple[float, float | None]:
+    """(KV bytes an element, bytes a weight is held in where the engine's --quantization /
+    --dtype change it from the files; else None), their sources in `sources`."""
+    s = p.settings
+    kv_flag = s.source.get("kv_cache_dtype", "--kv-cache-dtype")
+    kv, kv_source = kv_bytes(p.engine, s.kv_cache_dtype, s.dtype, kv_flag)
+    sources["kv_dtype_bytes"] = kv_source
+    if kv is None:
+        missing["kv_dtype_bytes"] = f"{kv_source}: give a dtype of docs/decode.md's KV table"
+    held, why = engine_weight_bytes(
+        s.quantization, s.dtype, config, s.source.get("quantization", "--quantization"),
+        s.source.get("dtype", "--dtype") if s.dtype else "engine default --dtype")
+    if held is not None:
+        sources["weight_bytes_per_param"] = why
+    return kv or 2.0, held
+
+
+def decode_part(snap: NodeSnapshot, p: EngineProcess, numbers: EngineNumbers | None = None,
+                profile: NodeProfile | None = None) -> dict[str, Any]:
     """The report's "decode" object of engine `p` (gpunode.decode.step.decode_json) with
-    `fixes`: what the audit's findings would give if fixed, largest gain first."""
-    raw = decode_inputs(snap, p)
+    `fixes`: what the audit's findings would give if fixed, largest gain first. The profile's
+    decode_model_config and decode_gpu_bandwidth_gb_s fill or replace those inputs."""
+    raw = decode_inputs(snap, p, profile)
     sources, missing = dict(raw["sources"]), dict(raw["missing"])
     shape = per_param = None
+    weights_bytes = raw["weights_bytes"]
     if raw["config"] is not None:
         try:
             shape = shape_from_config(raw["config"])
         except DecodeInputError as exc:
-            sources.pop("shape", None)
             missing["model_config"] = f"config.json {exc.field}: {exc.fix}"
         per_param, where = dtype_bytes_from_config(raw["config"])
         if per_param is not None:
             sources["weight_bytes_per_param"] = where
+    kv, held = _dtypes(p, raw["config"], sources, missing)
+    if held is not None:  # the engine holds the weights in another width than the files
+        per_param, weights_bytes = held, None
+        sources["weights_bytes"] = "not used: the engine holds the weights in another width"
+        missing.pop("weights_bytes", None)
     gpu = lookup_gpu(raw["gpu_name"]) if raw["gpu_name"] else None
-    if raw["gpu_name"] and gpu is None:
+    bandwidth = profile.decode_gpu_bandwidth_gb_s if profile is not None else None
+    if bandwidth is not None:
+        sources["memory_bandwidth_gb_s"] = f"profile: {BANDWIDTH_KEY}"
+        missing.pop("gpu", None)
+    elif raw["gpu_name"] and gpu is None:
         sources.pop("gpu", None)
         missing["gpu"] = (f"{raw['gpu_name']!r} is not in gpunode/decode/gpus.yaml: give "
-                          "decode.gpu_memory_bandwidth_gb_s in the profile")
+                          f"{BANDWIDTH_KEY} in the profile")
     try:
         inputs = DecodeInputs(
-            shape=shape, weights_bytes=raw["weights_bytes"], weight_bytes_per_param=per_param,
-            gpu=gpu, gpu_count=raw["gpu_count"], tp=raw["tp"], pp=raw["pp"],
-            context=raw["context"], eager=raw["eager"], link=raw["link"], p2p=raw["p2p"],
-            sources=sources, missing=missing)
+            shape=shape, weights_bytes=weights_bytes, weight_bytes_per_param=per_param,
+            gpu=gpu, bandwidth_gb_s=bandwidth, gpu_count=raw["gpu_count"], tp=raw["tp"],
+            pp=raw["pp"], context=raw["context"], kv_dtype_bytes=kv, eager=raw["eager"],
+            link=raw["link"], p2p=raw["p2p"], sources=sources, missing=missing)
     except ValidationError as exc:  # e.g. -tp 0 on the command line: no figure, no crash
         error = exc.errors()[0]
         field = ".".join(str(x) for x in error["loc"])

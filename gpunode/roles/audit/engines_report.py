@@ -22,6 +22,7 @@ from typing import Any
 
 from gpunode.facts.engine_metrics import EngineNumbers
 from gpunode.profile.check import Check
+from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.decode_report import decode_part
 from gpunode.roles.audit.engine_checks import engine_subject
 from gpunode.roles.audit.snapshot import NodeSnapshot
@@ -46,7 +47,8 @@ DECODE_SERIES = (("ceiling_tokens_per_s", "gpunode_engine_decode_ceiling_tokens_
 
 
 def engine_rows(snap: NodeSnapshot, checks: list[Check],
-                numbers: dict[int, EngineNumbers] | None = None) -> list[dict[str, Any]] | None:
+                numbers: dict[int, EngineNumbers] | None = None,
+                profile: NodeProfile | None = None) -> list[dict[str, Any]] | None:
     """One dict per engine process (None: engines not read)."""
     if snap.engines is None:
         return None
@@ -66,7 +68,7 @@ def engine_rows(snap: NodeSnapshot, checks: list[Check],
             "parallel_mismatch": any(c.name == "parallel size" + subject and c.status != "ok"
                                      and c.status != "n/a" for c in mine),
             "metrics": None if read is None else read.model_dump(),
-            "decode": decode_part(snap, p, read),
+            "decode": decode_part(snap, p, read, profile),
         })
     return rows
 

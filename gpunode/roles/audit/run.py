@@ -86,7 +86,7 @@ def audit_node(profile: NodeProfile, formats: tuple[str, ...] = (), report_dir: 
         reports[host.name] = checks
         numbers = (read_engine_metrics(snap, engine_metrics_timeout_s)
                    if engine_metrics_timeout_s else None)
-        engines = engine_rows(snap, checks, numbers)
+        engines = engine_rows(snap, checks, numbers, profile)
         report_node(host.name, checks, formats, report_dir, engines)
         written = write_node_metrics(host.name, host.data.get(METRICS_FILE_DATA),
                                      tuning_checks(profile, snap), checks, time.time(),

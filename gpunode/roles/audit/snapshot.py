@@ -23,9 +23,12 @@ NodeSnapshot = Snapshot
 
 
 def audit_needs(profile: NodeProfile) -> Needs:
-    """What the audit reads: the profile's sysctls and modules, and the audit's parts."""
+    """What the audit reads: the profile's sysctls and modules, the audit's parts, and the
+    decode model's config.json where the profile names one (decode_model_config)."""
+    config = profile.decode_model_config
     return Needs(sysctl_keys=tuple(profile.sysctls), modules=tuple(profile.modules), audit=True,
-                 module_params=tuple(module_param_key(o) for o in profile.nvidia_module_options))
+                 module_params=tuple(module_param_key(o) for o in profile.nvidia_module_options),
+                 contents=(config,) if config else ())
 
 
 def gather_snapshot(profile: NodeProfile, active_timeout_s: int | None = None) -> Snapshot:

@@ -34,7 +34,7 @@ def test_missing_config_and_context_say_so():
     _, snap = node_with(p)
     got = decode_inputs(snap, p)
     assert got["context"] == 4096 and got["sources"]["context"].startswith("assumed: 4096")
-    assert "decode.model_config" in got["missing"]["model_config"]
+    assert "decode_model_config" in got["missing"]["model_config"]
     assert "no directory" in got["missing"]["model_config"]
     assert got["weights_bytes"] is None and "weights_bytes" in got["missing"]
 

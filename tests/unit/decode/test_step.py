@@ -51,7 +51,7 @@ def test_missing_inputs_give_no_ceiling_and_say_how():
     assert result.ceiling_tokens_per_s is None
     names = {m["input"] for m in result.missing}
     assert {"gpu", "tp", "allreduce_us"} <= names
-    assert any("decode.gpu_memory_bandwidth_gb_s" in m["how"] for m in result.missing)
+    assert any("decode_gpu_bandwidth_gb_s" in m["how"] for m in result.missing)
     assert lookup_gpu("NVIDIA Imaginary 9000") is None
 
 
