@@ -64,7 +64,8 @@ def profile_config(snap: NodeSnapshot, profile: NodeProfile | None
         return None, f"give {MODEL_KEY} (a config.json path on the node) in the profile"
     lines = snap.contents.get(path)
     if lines is None:
-        return None, f"the profile's {MODEL_KEY} {path} is not on the node: give the path of a file there"
+        return None, (f"the profile's {MODEL_KEY} {path} is not on the node: give the path "
+                      "of a file there")
     text = "\n".join(lines)
     data: object = None
     if len(text) <= CONFIG_BYTES:
@@ -110,8 +111,8 @@ def decode_inputs(snap: NodeSnapshot, p: EngineProcess,
     else:
         config, why = profile_config(snap, profile)
         if config is not None:
-            sources["model_config"] = (f"profile: {MODEL_KEY} {profile and profile.decode_model_config}"
-                                       " (read on the node)")
+            path = profile.decode_model_config if profile is not None else None
+            sources["model_config"] = f"profile: {MODEL_KEY} {path} (read on the node)"
         else:
             missing["model_config"] = (
                 f"config.json of {s.model or 'the model'} not read ("
