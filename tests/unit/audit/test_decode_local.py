@@ -208,3 +208,18 @@ def test_profile_keys_fill_the_config_and_the_bandwidth(node):
         8_030_261_248, f"counted from profile: decode_model_config {config} (read on the node)")
     assert inputs["kv_dtype_bytes"][0] == 2
     assert inputs["kv_dtype_bytes"][1].startswith("engine default (--kv-cache-dtype auto)")
+
+
+@pytest.mark.parametrize(("key", "value", "said"), [
+    ("decode_model_config", "/srv/models/../etc/config.json", "has a '..' part"),
+    ("decode_model_config", "models/config.json", "is not an absolute path of a .json file"),
+    ("decode_model_config", "/srv/m/config.json; reboot", "is not an absolute path"),
+    ("decode_gpu_bandwidth_gb_s", 0, "greater than 0"),
+    ("decode_gpu_bandwidth_gb_s", 50000, "less than or equal to 20000"),
+])
+def test_a_bad_decode_key_is_refused_naming_host_and_field(tmp_path, key, value, said):
+    """Before anything on the node is read or changed: the host, the field and the fix."""
+    log = cli_log(tmp_path, ["deploy/audit.py", "--dry"], {"gpunode": {key: value}},
+                  exit_codes=(1,))
+    flat = " ".join(log.split())
+    assert f"@local: gpunode.{key}:" in flat and said in flat, log
