@@ -20,7 +20,6 @@ from gpunode.profile.allowed import (
     CMDLINE_VALUE,
     CPU_GOVERNORS,
     DRIVER_VERSION,
-    JSON_FILE,
     MODULE_NAME,
     PACKAGE_NAME,
     SYSCTL_KEY,
@@ -33,6 +32,7 @@ from gpunode.profile.allowed import (
     shown,
 )
 from gpunode.profile.danger import check_i_know, node_dangers, unacknowledged
+from gpunode.profile.decode_keys import BANDWIDTH_DOC, MODEL_CONFIG_DOC, ModelConfigPath
 from gpunode.profile.docs import setting_doc
 from gpunode.profile.nvidia_options import check_module_options
 from gpunode.profile.pcie_selector import PcieSelector, ProfileModel
@@ -345,22 +345,9 @@ class NodeProfile(ProfileModel):
         description="Where the verify timer writes gpunode.prom: the textfile-collector "
         "directory node_exporter reads (Debian's prometheus-node-exporter default).",
     )
-
-    decode_model_config: str | None = Field(
-        None,
-        description="The audit's decode model (docs/decode.md): the path on the node of the "
-        "config.json of the model its engines serve, read in the audit's one read, for an "
-        "engine whose own config.json could not be found (a model the audit cannot see "
-        "through /proc/PID/root). An absolute path ending in .json, no '..'; None: only the "
-        "engines' own files.",
-    )
-    decode_gpu_bandwidth_gb_s: float | None = Field(
-        None, gt=0, le=20000,
-        description="The audit's decode model: the memory bandwidth of one of the node's "
-        "GPUs in GB/s (10^9 bytes/s), used instead of the GPU table's datasheet figure "
-        "(gpunode/decode/gpus.yaml), e.g. a GPU not in the table or a bandwidth you "
-        "measured. None: the table's figure for the name nvidia-smi prints.",
-    )
+    decode_model_config: ModelConfigPath | None = Field(None, description=MODEL_CONFIG_DOC)
+    decode_gpu_bandwidth_gb_s: float | None = Field(None, gt=0, le=20000,
+                                                    description=BANDWIDTH_DOC)
 
     allow_absent: list[str] = Field(
         [], max_length=256,
@@ -388,17 +375,6 @@ class NodeProfile(ProfileModel):
                      "'/var/lib/prometheus/node-exporter'")
         if check_output_path(text, "a metrics directory", base="/") != text:
             raise ValueError(f"{shown(value)} is not a normalised absolute directory")
-        return text
-
-    @field_validator("decode_model_config")
-    @classmethod
-    def _decode_model_config(cls, value: object) -> str | None:
-        if value is None:
-            return None
-        text = check(JSON_FILE, value, "an absolute path of a .json file such as "
-                     "'/srv/models/Llama-3.1-8B/config.json'")
-        if ".." in text.split("/"):
-            raise ValueError(f"{shown(value)} has a '..' part: give the file's own path")
         return text
 
     @field_validator("modules", "required_modules")
