@@ -41,7 +41,10 @@ class GgufHeader(BaseModel):
 
 
 class _Truncated(Exception):
-    pass
+    def __init__(self, partial: object = None) -> None:
+        super().__init__()
+        self.partial = partial
+        """What the cut value holds (an array's type and length, read before its elements)."""
 
 
 class _Reader:
@@ -74,9 +77,13 @@ class _Reader:
             return self.string()
         if kind == 9:
             element, length = self.count("I"), self.count()
-            for _ in range(length):
-                self.value(element)
-            return {"array": TYPE_NAMES.get(element, str(element)), "length": length}
+            array = {"array": TYPE_NAMES.get(element, str(element)), "length": length}
+            try:
+                for _ in range(length):
+                    self.value(element)
+            except _Truncated:
+                raise _Truncated(array) from None
+            return array
         if kind not in SCALARS:
             raise DecodeInputError("gguf", f"unknown value type {kind}",
                                    "give an unmodified GGUF file (v2 or v3)")
@@ -107,7 +114,12 @@ def parse_gguf_header(data: bytes) -> GgufHeader:
         tensor_count, kv_count = reader.count(wide), reader.count(wide)
         for _ in range(kv_count):
             key = reader.string()
-            kv[key] = reader.value(reader.count("I"))
+            try:
+                kv[key] = reader.value(reader.count("I"))
+            except _Truncated as cut:
+                if cut.partial is not None:
+                    kv[key] = cut.partial
+                raise
         for _ in range(min(tensor_count, MAX_TENSORS)):
             name = reader.string()
             dims = [reader.count(wide) for _ in range(reader.count("I"))]

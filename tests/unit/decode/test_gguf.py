@@ -54,7 +54,8 @@ def test_truncated_in_the_token_array_keeps_the_keys_before_it():
     data = llama_gguf()
     header = parse_gguf_header(data[:len(data) // 2])
     assert header.truncated and header.kv["llama.block_count"] == 32
-    assert "tokenizer.ggml.tokens" not in header.kv
+    # the array's type and length are read before its elements: kept (the vocabulary size)
+    assert header.kv["tokenizer.ggml.tokens"] == {"array": "string", "length": 128256}
 
 
 def test_cli_reads_a_gguf_file(tmp_path, capsys):
