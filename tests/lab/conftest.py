@@ -124,9 +124,11 @@ def lab_vm() -> Iterator[LabVM]:
         _skip(reason)
     started = time.monotonic()
     # A run dir of its own: two test sessions (or a session and `python -m lab up`) never
-    # stop each other's guest.
+    # stop each other's guest. The image first: on a fresh machine it makes the cache folder.
+    image = ensure_image()
+    cache_dir().mkdir(parents=True, exist_ok=True)
     run_dir = Path(tempfile.mkdtemp(prefix="run-pytest-", dir=cache_dir()))
-    vm = LabVM(run_dir, ensure_image())
+    vm = LabVM(run_dir, image)
     old_run_dir = os.environ.get(RUN_DIR_ENV)
     os.environ[RUN_DIR_ENV] = str(vm.run_dir)
     try:
