@@ -42,12 +42,15 @@ from gpunode.ops.changes import report_change, shorten
 from gpunode.ops.files import (
     atomic_write_commands,
     backup_command,
+    durable_remove,
+    durable_rename,
     joined_command,
     keep_original_command,
     latest_backup,
     render_template,
     staged_write,
     temp_path,
+    verified_copy,
 )
 from gpunode.ops.shell import argv_text
 
@@ -73,13 +76,20 @@ def replace_with_rollback(dest: str, text: str, refresh: str) -> list[Any]:
     return staged_write(
         joined_command(keep_original_command(dest), backup_command(dest)), text, temp,
         StringCommand(
-            f"chown root:root {q_temp} && chmod 644 {q_temp} && mv -f {q_temp} {q_dest} && "
-            f"{{ {refresh} || {{ cp -p {latest_backup(dest)} {q_dest}; "
+            f"chown root:root {q_temp} && chmod 644 {q_temp} && "
+            f"{durable_rename(q_temp, q_dest)} && "
+            f"{{ {synced(refresh)} || {{ {verified_copy(latest_backup(dest), q_dest)}; "
             f"echo 'gpunode: {refresh.split()[0]} failed; {dest} restored from its backup' >&2; "
             "exit 1; }; } && "
             f"mkdir -p {shlex.quote(str(Path(written_path(dest)).parent))} && "
-            f"cp -p {q_dest} {shlex.quote(written_path(dest))}"
+            f"{verified_copy(q_dest, shlex.quote(written_path(dest)))}"
         ))
+
+
+def synced(refresh: str) -> str:
+    """Shell: the bootloader update, then /boot's filesystem synced (what it wrote, on disk
+    before gpunode goes on; proxmox-boot-tool unmounts each ESP it wrote, which flushes it)."""
+    return f"{refresh} && sync -f /boot"
 
 
 def overriding_dropins(state: CmdlineState, entry: str | None) -> list[str]:
@@ -120,11 +130,11 @@ def grub_dropin_commands(dest: str, text: str, existed: bool) -> list[Any]:
     """Write the drop-in whole, then update-grub; if that fails, put back the old drop-in (or
     remove the new one) and fail naming the tool."""
     q_dest = argv_text(dest)
-    restore = f"cp -p {latest_backup(dest)} {q_dest}" if existed else f"rm -f {q_dest}"
+    restore = verified_copy(latest_backup(dest), q_dest) if existed else durable_remove(q_dest)
     return [
         *atomic_write_commands(text, dest, "644"),
         StringCommand(
-            f"update-grub || {{ {restore}; "
+            f"{synced('update-grub')} || {{ {restore}; "
             f"echo 'gpunode: update-grub failed; {dest} put back as it was' >&2; exit 1; }}"
         ),
     ]

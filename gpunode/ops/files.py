@@ -10,6 +10,12 @@ rotated (undo puts it back); each later change keeps the replaced version under
 is right but whose mode or owner drifted is repaired with chmod/chown. A write is two remote
 commands and the upload: the folder, the original and the backup before it; owner, mode,
 rename and the operation's `after` command after it.
+
+Crash-safe (a power cut at any moment leaves the old or the new content, whole): each new
+text is written beside its destination, fsynced (`sync FILE`), renamed over it, and the folder
+fsynced (`sync FOLDER`: the rename itself on disk); the original is on disk (`sync -f`, the
+whole filesystem: its folders too) before the file it protects is touched. docs/security.md
+says what this guarantees and what it does not.
 """
 
 from __future__ import annotations
@@ -55,16 +61,30 @@ def temp_path(dest: str) -> str:
     return f"{dest}.gpunode-new.{run_id()}"
 
 
+def durable_rename(q_temp: str, q_dest: str) -> str:
+    """Shell: fsync the (quoted) temporary, rename it over the (quoted) dest, fsync dest's
+    folder, so a power cut leaves dest old or new, whole (GNU `sync FILE` is fsync(2))."""
+    return f'sync {q_temp} && mv -f {q_temp} {q_dest} && sync "$(dirname {q_dest})"'
+
+
+def durable_remove(q_dest: str) -> str:
+    """Shell: remove the (quoted) dest and fsync its folder (the removal on disk)."""
+    return f'rm -f {q_dest} && sync "$(dirname {q_dest})"'
+
+
 def verified_copy(q_src: str, q_dest: str) -> str:
     """Shell: copy the (quoted) src to a temporary beside the (quoted) dest, check its size
     and SHA-256 against src, then rename it into place; a copy that doesn't match (a full
-    disk, a killed cp) is removed and the command fails naming both: never kept."""
+    disk, a killed cp) is removed and the command fails naming both: never kept. The
+    temporary's name is fixed (one run at a time holds the node), so a copy cut short by a
+    power loss is overwritten by the next one."""
     tmp, dest = '"$gpunode_copy"', '"$gpunode_target"'
     return (
-        f'gpunode_target={q_dest} && gpunode_copy="$gpunode_target.gpunode-copy.$$" && '
+        f'gpunode_target={q_dest} && gpunode_copy="$gpunode_target.gpunode-copy" && '
         f"{{ {{ cp -p {q_src} {tmp} && "
         f'[ "$(stat -c %s {q_src})" = "$(stat -c %s {tmp})" ] && '
-        f'[ "$(sha256sum < {q_src})" = "$(sha256sum < {tmp})" ] && mv -f {tmp} {dest}; }} || '
+        f'[ "$(sha256sum < {q_src})" = "$(sha256sum < {tmp})" ] && '
+        f"{durable_rename(tmp, dest)}; }} || "
         f"{{ rm -f {tmp}; echo \"gpunode: the copy of {q_src} to $gpunode_target does not "
         "match it (size or SHA-256): nothing kept\" >&2; false; }; }"
     )
@@ -72,14 +92,16 @@ def verified_copy(q_src: str, q_dest: str) -> str:
 
 def keep_original_command(dest: str) -> StringCommand:
     """Keep dest as gpunode first found it (or mark it absent), once: later runs keep that.
-    The copy is checked before it is named the original (verified_copy)."""
+    The copy is checked before it is named the original (verified_copy), and the whole
+    filesystem it is on is synced (`sync -f`: its new folders too) before dest is touched."""
     orig = original_path(dest)
     q_dest, q_orig = shlex.quote(dest), shlex.quote(orig)
     q_absent = shlex.quote(orig + ABSENT_SUFFIX)
     return StringCommand(
         f"if [ ! -e {q_orig} ] && [ ! -e {q_absent} ]; then "
         f"mkdir -p {shlex.quote(str(Path(orig).parent))} && "
-        f"if [ -e {q_dest} ]; then {verified_copy(q_dest, q_orig)}; else : > {q_absent}; fi; fi"
+        f"if [ -e {q_dest} ]; then {verified_copy(q_dest, q_orig)}; else : > {q_absent}; fi && "
+        f"sync -f {shlex.quote(str(Path(orig).parent))}; fi"
     )
 
 
@@ -113,10 +135,12 @@ def atomic_write_commands(text: str, dest: str, mode: str, after: str | None = N
     one remote command, or, for a text over INLINE_MAX, a command, an upload and a command."""
     temp = temp_path(dest)
     q_dest, q_temp = shlex.quote(dest), shlex.quote(temp)
-    prepare = joined_command(StringCommand(f"mkdir -p {shlex.quote(str(Path(dest).parent))}"),
+    # A temporary an earlier run left when the power went (named after that run) goes first.
+    prepare = joined_command(StringCommand(f"mkdir -p {shlex.quote(str(Path(dest).parent))} && "
+                                           f"rm -f -- {q_dest}.gpunode-new.*"),
                              keep_original_command(dest), backup_command(dest))
     finish = StringCommand(f"chown root:root {q_temp} && chmod {mode} {q_temp} && "
-                           f"mv -f {q_temp} {q_dest}" + (f" && {after}" if after else ""))
+                           f"{durable_rename(q_temp, q_dest)}" + (f" && {after}" if after else ""))
     return staged_write(prepare, text, temp, finish)
 
 

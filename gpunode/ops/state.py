@@ -7,6 +7,7 @@ import json
 import shlex
 from datetime import datetime, timezone
 from io import StringIO
+from pathlib import Path
 
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
@@ -14,7 +15,7 @@ from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operat
 from gpunode.facts.owned import STATE_DIR, STATE_FILE, NodeState
 from gpunode.facts.snapshot import node
 from gpunode.ops.changes import report_change
-from gpunode.ops.files import temp_path
+from gpunode.ops.files import durable_rename, temp_path
 from gpunode.ops.services import systemd_booted
 
 
@@ -87,7 +88,7 @@ def state_recorded(sysctl_keys: list[str], modules: list[str], unit: str,
     temp = temp_path(STATE_FILE)
     yield StringCommand(f"mkdir -p {STATE_DIR} && chmod 700 {STATE_DIR}")
     yield FileUploadCommand(StringIO(text), temp)
-    yield StringCommand(f"mv -f {shlex.quote(temp)} {shlex.quote(STATE_FILE)}")
+    yield StringCommand(durable_rename(shlex.quote(temp), shlex.quote(STATE_FILE)))
 
 
 @operation()
@@ -102,5 +103,5 @@ def state_forgotten():
         host.noop(f"{STATE_DIR} absent")
         return
     report_change(STATE_DIR, "present", "(removed)", where="originals, backups, state.json")
-    yield StringCommand(f"rm -rf {STATE_DIR}")
+    yield StringCommand(f"rm -rf {STATE_DIR} && sync {shlex.quote(str(Path(STATE_DIR).parent))}")
 

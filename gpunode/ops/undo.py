@@ -1,6 +1,7 @@
 """Undo operations: put back what gpunode found, from the originals it kept.
 
-An owned file goes back to its original (`cp -p`: content, mode, owner) or is removed when
+An owned file goes back to its original (a checked `cp -p`: content, mode, owner; renamed
+into place, crash-safe) or is removed when
 there was none. An edited file (/etc/default/grub, /etc/kernel/cmdline) goes back to its
 original when it still holds exactly what gpunode last wrote; when it was changed since,
 only gpunode's own parameters are taken out (each back to the original's token, or removed)
@@ -32,8 +33,8 @@ from gpunode.facts.owned import (
 )
 from gpunode.facts.snapshot import node
 from gpunode.ops.changes import report_change
-from gpunode.ops.cmdline import report_cmdline_changes, set_grub_default_entry
-from gpunode.ops.files import temp_path
+from gpunode.ops.cmdline import report_cmdline_changes, set_grub_default_entry, synced
+from gpunode.ops.files import durable_remove, durable_rename, temp_path, verified_copy
 
 
 def _same(a: FileState | None, b: FileState | None) -> bool:
@@ -60,13 +61,13 @@ def owned_file_removed(dest: str, after: str | None = None):
             return
         report_change(dest, "gpunode's" if current else "(absent)", "the original",
                       where=f"from {original_path(dest)}")
-        yield StringCommand(f"cp -p {shlex.quote(original_path(dest))} {shlex.quote(dest)}")
+        yield StringCommand(verified_copy(shlex.quote(original_path(dest)), shlex.quote(dest)))
     elif current is None:
         host.noop(f"{dest} absent")
         return
     else:
         report_change(dest, "present", "(removed)", where="gpunode created it")
-        yield StringCommand(f"rm -f {shlex.quote(dest)}")
+        yield StringCommand(durable_remove(shlex.quote(dest)))
     if after:
         yield StringCommand(after)
 
@@ -135,8 +136,8 @@ def edited_file_restored(dest: str, refresh: str):
     if written is not None and current.sha1 == written.sha1:
         report_cmdline_changes(_tokens(text[dest], dest), _tokens(text[paths[1]], dest), where)
         report_change(dest, "gpunode's edit", "the original", where=f"from {paths[1]}")
-        yield StringCommand(f"cp -p {shlex.quote(paths[1])} {shlex.quote(dest)}")
-        yield StringCommand(refresh)
+        yield StringCommand(verified_copy(shlex.quote(paths[1]), shlex.quote(dest)))
+        yield StringCommand(synced(refresh))
         return
     new = tokens_removed_text(dest, text[dest], text[paths[1]], text[paths[2]])
     if new == text[dest]:
@@ -148,8 +149,8 @@ def edited_file_restored(dest: str, refresh: str):
     yield FileUploadCommand(StringIO(new), temp)
     yield StringCommand(f"chown --reference={shlex.quote(dest)} {shlex.quote(temp)} && "
                         f"chmod --reference={shlex.quote(dest)} {shlex.quote(temp)} && "
-                        f"mv -f {shlex.quote(temp)} {shlex.quote(dest)}")
-    yield StringCommand(refresh)
+                        f"{durable_rename(shlex.quote(temp), shlex.quote(dest))}")
+    yield StringCommand(synced(refresh))
 
 
 @operation()

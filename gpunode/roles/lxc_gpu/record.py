@@ -21,7 +21,7 @@ from gpunode.facts import pve_config
 from gpunode.facts.owned import STATE_DIR
 from gpunode.facts.sections import FactModel
 from gpunode.facts.snapshot import Needs, Part, node
-from gpunode.ops.files import temp_path
+from gpunode.ops.files import durable_rename, temp_path
 
 RECORD_DIR = f"{STATE_DIR}/lxc"
 
@@ -116,7 +116,7 @@ def record_commands(vmid: int, record: LxcLinesRecord) -> list[Any]:
     return [
         StringCommand(f"mkdir -p {shlex.quote(RECORD_DIR)}"),
         FileUploadCommand(StringIO(json.dumps(record.to_json(), indent=2) + "\n"), temp),
-        StringCommand(f"mv -f {shlex.quote(temp)} {shlex.quote(path)}"),
+        StringCommand(durable_rename(shlex.quote(temp), shlex.quote(path))),
     ]
 
 

@@ -84,8 +84,10 @@ def test_fresh_host_creates_with_the_gpu_lines_then_starts():
     assert create[0].startswith("pct create 110 ") and create[-2] == "pct start 110"
     assert create[-1] == "FunctionCommand(mark_stale, (), {})"  # the new container is read again
     # What gpunode appended is recorded for undo before the first start (lxc_gpu.record).
+    record = "/var/lib/gpunode/lxc/110.json"
+    temp = f"{record}.gpunode-new.test-run"
     assert create[2] == "mkdir -p /var/lib/gpunode/lxc" and create[4] == (
-        "mv -f /var/lib/gpunode/lxc/110.json.gpunode-new.test-run /var/lib/gpunode/lxc/110.json")
+        f'sync {temp} && mv -f {temp} {record} && sync "$(dirname {record})"')
     assert "'lxc.cgroup2.devices.allow: c 195:1 rwm'" in create[1]
     assert "'lxc.mount.entry: /dev/nvidia1 dev/nvidia1 none bind,optional,create=file'" in create[1]
     assert "nvidia0" not in create[1]

@@ -56,7 +56,10 @@ def test_a_first_apply_records_this_machines_values_in_a_file_its_fact_reads_bac
     assert str(mkdir) == f"mkdir -p {STATE_DIR} && chmod 700 {STATE_DIR}"
     assert isinstance(upload, FileUploadCommand)
     assert upload.dest == f"{STATE_FILE}.gpunode-new.test-run"
-    assert str(move) == f"mv -f {STATE_FILE}.gpunode-new.test-run {STATE_FILE}"
+    temp = f"{STATE_FILE}.gpunode-new.test-run"
+    # fsynced, renamed, the folder fsynced: a power cut leaves the old record or the new one
+    assert str(move) == (f'sync {temp} && mv -f {temp} {STATE_FILE} && '
+                         f'sync "$(dirname {STATE_FILE})"')
     text = upload.src.getvalue()
     record = NodeState.model_validate(RecordedState().process(text.splitlines()))
     with open("/proc/sys/vm/swappiness") as live:
@@ -73,5 +76,5 @@ def test_a_recorded_node_keeps_its_first_record():
 
 def test_undo_forgets_a_recorded_node_and_does_nothing_where_there_is_none():
     [remove] = commands_of(state_forgotten, RECORD)
-    assert str(remove) == f"rm -rf {STATE_DIR}"
+    assert str(remove) == f"rm -rf {STATE_DIR} && sync /var/lib"
     assert commands_of(state_forgotten) == []
