@@ -1,4 +1,5 @@
-"""`python -m lab build|up|down|status|ssh|demo|demo-args`: drive the lab VM from a shell."""
+"""`python -m lab build|up|down|power-cut|boot|status|ssh|demo|demo-args`: drive the lab VM from a
+shell."""
 
 from __future__ import annotations
 
@@ -41,6 +42,25 @@ def _cmd_down(args: argparse.Namespace) -> int:
     was_running = vm.is_running()
     vm.stop()
     print("stopped" if was_running else "not running")
+    return 0
+
+
+def _cmd_power_cut(args: argparse.Namespace) -> int:
+    vm = LabVM.attach(args.run_dir)
+    vm.power_cut()
+    print(f"power cut: QEMU pid {vm.state.pid if vm.state else '?'} killed; the disk is kept "
+          "(`python -m lab boot` starts it again)")
+    return 0
+
+
+def _cmd_boot(args: argparse.Namespace) -> int:
+    ensure_host_tools()
+    started = time.monotonic()
+    vm = LabVM(args.run_dir)
+    state = vm.boot(accel=args.accel)
+    waited = vm.wait_ssh(timeout=args.timeout)
+    print(json.dumps({**asdict(state), "boot_to_ssh_s": round(waited, 1),
+                      "up_total_s": round(time.monotonic() - started, 1)}, indent=2))  # fmt: skip
     return 0
 
 
@@ -93,6 +113,12 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for SSH")
     up.set_defaults(func=_cmd_up)
     sub.add_parser("down", help="stop the VM").set_defaults(func=_cmd_down)
+    sub.add_parser("power-cut", help="kill QEMU at once, as a power loss (the disk is kept)"
+                   ).set_defaults(func=_cmd_power_cut)
+    boot = sub.add_parser("boot", help="boot the same disk again (after power-cut) and wait")
+    boot.add_argument("--accel", choices=("tcg", "kvm"), default=None)
+    boot.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for SSH")
+    boot.set_defaults(func=_cmd_boot)
     sub.add_parser("status", help="print lab.json; exit 1 if down").set_defaults(func=_cmd_status)
     ssh = sub.add_parser("ssh", help="run a command in the guest (no command: a shell)")
     ssh.add_argument("command", nargs=argparse.REMAINDER)

@@ -92,14 +92,15 @@ class LabState:
         tmp.replace(path)
 
 
-def read_state(run_dir: Path | None = None) -> LabState:
-    """The state of the live lab VM in run_dir; LabNotRunning if there is none."""
+def read_state(run_dir: Path | None = None, alive: bool = True) -> LabState:
+    """The state of the live lab VM in run_dir (alive=False: of the last one, even if its
+    QEMU is gone, as after a power cut); LabNotRunning if there is none."""
     run_dir = run_dir or default_run_dir()
     try:
         state = LabState(**json.loads((run_dir / STATE_FILE).read_text()))
     except (OSError, ValueError, TypeError) as exc:
         raise LabNotRunning(NOT_RUNNING) from exc
-    if not _qemu_alive(state.pid, Path(state.run_dir)):
+    if alive and not _qemu_alive(state.pid, Path(state.run_dir)):
         raise LabNotRunning(NOT_RUNNING)
     return state
 
@@ -171,13 +172,15 @@ class LabVM:
 
     # -- lifecycle -----------------------------------------------------------------------------
 
-    def start(self, accel: str | None = None, port: int | None = None) -> LabState:
-        """Boot the VM on a fresh overlay (stopping a stale one in run_dir); does not wait."""
+    def start(self, accel: str | None = None, port: int | None = None,
+              base: Path | None = None) -> LabState:
+        """Boot the VM on a fresh overlay of base (default: the image's; the crash sweep gives
+        a converged node's disk), stopping a stale one in run_dir; does not wait."""
         self.image = self.image or ensure_image()
         self._stop_stale()
         self._reset_run_dir()
         disk = self.run_dir / "disk.qcow2"
-        _create_overlay(self.image.base, disk)
+        _create_overlay(base or self.image.base, disk)
         accel = choose_accel(self.image, accel)
         for attempt in range(3):
             chosen = port or free_port()
@@ -220,6 +223,36 @@ class LabVM:
                 if self.boot_id() != old:
                     return time.monotonic() - started
         raise LabVMError(f"guest did not come back within {timeout:.0f} s")
+
+    def power_cut(self) -> None:
+        """Kill QEMU at once (SIGKILL), as a power loss would: what the guest had not written
+        to its disk (its page cache) is gone. The disk stays in the run dir for `boot`."""
+        state = self.state or read_state(self.run_dir)
+        if _qemu_alive(state.pid, self.run_dir):
+            os.kill(state.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 15.0
+        while _pid_exists(state.pid) and time.monotonic() < deadline:
+            if self._proc is not None:
+                self._proc.poll()
+            time.sleep(0.05)
+        self._proc = None
+        self.state = state
+
+    def boot(self, accel: str | None = None) -> LabState:
+        """Boot the disk already in the run dir again (after `power_cut`; no new overlay), on
+        the same SSH port when it is free; does not wait for SSH."""
+        disk = self.run_dir / "disk.qcow2"
+        if not disk.exists():
+            raise LabVMError(f"no disk in {self.run_dir}: `python -m lab up` makes one")
+        last = self.state or read_state(self.run_dir, alive=False)
+        if _qemu_alive(last.pid, self.run_dir):
+            raise LabVMError(f"the lab VM in {self.run_dir} is running (pid {last.pid})")
+        self.image = self.image or ensure_image()
+        accel = accel or last.accel
+        for port in (last.port, free_port(), free_port()):
+            if self._launch(accel, disk, port):
+                return self._record(accel, port)
+        raise LabVMError(f"QEMU did not start:\n{self._tail('qemu.log')}")
 
     def stop(self, timeout: float = 15.0) -> None:
         """Stop QEMU (SIGTERM, then SIGKILL) and drop the overlay; keeps the logs."""

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 from pyinfra.api.exceptions import PyinfraError
 
 from gpunode.profile.allowed import check_output_path, did_you_mean, shown
+from gpunode.profile.metrics import check_metrics_file
 from gpunode.profile.node import NodeProfile
 from gpunode.profile.strict_yaml import load_strict_yaml
 from gpunode.pyinfra_adapter import run_store
@@ -87,7 +88,8 @@ def raw_profile_data(host_name: str, data: Mapping[str, Any]) -> dict[str, Any]:
 
 #: Host data that names a file or folder gpunode writes (where pyinfra runs): checked by
 #: check_output_path before anything runs.
-OUTPUT_PATH_KEYS = {"gpunode_metrics_file": "a metrics file path", "report_dir": "a report folder"}
+METRICS_FILE_KEY = "gpunode_metrics_file"
+OUTPUT_PATH_KEYS = {METRICS_FILE_KEY: "a metrics file path", "report_dir": "a report folder"}
 
 
 def check_data_keys(host_name: str, data: Mapping[str, Any]) -> None:
@@ -100,6 +102,13 @@ def check_data_keys(host_name: str, data: Mapping[str, Any]) -> None:
             except ValueError as exc:
                 raise ProfileError(f"{host_name}: {key}: {exc}. Fix: name a file under the "
                                    "working folder or a data folder such as /var/lib/...") from None
+    if data.get(METRICS_FILE_KEY):
+        try:
+            check_metrics_file(str(data[METRICS_FILE_KEY]), host_name)
+        except ValueError as exc:
+            raise ProfileError(f"{host_name}: {METRICS_FILE_KEY}: {exc}. Fix: name a new "
+                               ".prom file (e.g. /var/lib/prometheus/node-exporter/"
+                               "gpunode-audit.prom), or move that file away") from None
     unknown = sorted(k for k in data if isinstance(k, str) and k.startswith("gpunode_")
                      and k not in KNOWN_DATA_KEYS)
     if unknown:

@@ -111,3 +111,16 @@ def test_group_data_beside_the_inventory_holds_the_profile(tmp_path):
     (tmp_path / "again" / "group_data").symlink_to(tmp_path / "group_data")
     log = cli_log(tmp_path / "again", ["deploy/site.py", "--dry"], {})
     assert "Set PCIe MaxReadReq=1024 on matched devices" in planned(log)
+
+
+@pytest.mark.parametrize("deploy", ["deploy/audit.py", "deploy/site.py"])
+def test_someone_elses_metrics_file_is_refused_by_the_audit_and_the_deploy(tmp_path, deploy):
+    """The read-only audit and the deploy both refuse, before anything runs, a metrics path
+    where a file gpunode did not write already is; the file stays as it was (#42)."""
+    theirs = tmp_path / "theirs.prom"
+    theirs.write_text("secret 1\n")
+    theirs.chmod(0o600)
+    log = cli_log(tmp_path, [deploy, "--dry"], {"gpunode_metrics_file": str(theirs)},
+                  exit_codes=(1,))
+    assert f"@local: gpunode_metrics_file: {theirs} exists and gpunode did not write it" in log
+    assert "Fix:" in log and theirs.read_text() == "secret 1\n"

@@ -68,3 +68,37 @@ def test_reports_do_not_follow_symlinks(tmp_path):
     (tmp_path / "gpu-07.json").symlink_to(precious)
     [path] = write_reports("gpu-07", [], ["json"], tmp_path)
     assert precious.read_text() == "keep me\n" and not path.is_symlink()
+
+
+def test_a_metrics_name_that_is_not_prom_is_refused(tmp_path):
+    """node_exporter reads only *.prom: any other name is refused before the run (#42)."""
+    with pytest.raises(ProfileError) as err:
+        load_profile("gpu-07", {"gpunode_metrics_file": str(tmp_path / "metrics.txt")})
+    text = str(err.value)
+    assert "gpu-07: gpunode_metrics_file" in text and ".prom" in text and "Fix:" in text
+
+
+def test_someone_elses_file_at_the_metrics_path_is_refused_and_kept(tmp_path):
+    """An existing file gpunode did not write (someone's 0600 file) is refused, named, and left
+    as it was; a file gpunode wrote before is fine (#42)."""
+    theirs = tmp_path / "theirs.prom"
+    theirs.write_text("node_custom_metric 1\n")
+    theirs.chmod(0o600)
+    with pytest.raises(ProfileError) as err:
+        load_profile("gpu-07", {"gpunode_metrics_file": str(theirs)})
+    text = str(err.value)
+    assert f"gpu-07: gpunode_metrics_file: {theirs} exists and gpunode did not write it" in text
+    assert "Fix:" in text
+    assert theirs.read_text() == "node_custom_metric 1\n"
+    assert oct(theirs.stat().st_mode)[-3:] == "600"
+    ours = tmp_path / "gpu-07.prom"
+    write_atomic(ours, "# HELP gpunode_setting_ok 1 when ...\n")
+    load_profile("gpu-07", {"gpunode_metrics_file": str(tmp_path / "{host}.prom")})
+
+
+def test_a_link_or_folder_at_the_metrics_path_is_refused(tmp_path):
+    (tmp_path / "dir.prom").mkdir()
+    (tmp_path / "link.prom").symlink_to(tmp_path / "elsewhere.prom")
+    for name in ("dir.prom", "link.prom"):
+        with pytest.raises(ProfileError, match="link or not a plain file"):
+            load_profile("gpu-07", {"gpunode_metrics_file": str(tmp_path / name)})

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpunode.profile.check import Check
-from gpunode.profile.metrics import METRIC_HELP
+from gpunode.profile.metrics import METRIC_HELP, metrics_path
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry, Gauge
@@ -84,13 +84,6 @@ def render_metrics(settings: list[Check], checks: list[Check], source: str,
     from prometheus_client import generate_latest
 
     return generate_latest(metrics_registry(settings, checks, source, now)).decode()
-
-
-def metrics_path(template: str, host_name: str) -> Path:
-    """The host data `gpunode_metrics_file`, with '{host}' replaced by a file-safe host name
-    (use it when one run covers several hosts)."""
-    safe = "".join(ch if ch.isalnum() or ch in "@._-" else "_" for ch in host_name) or "host"
-    return Path(template.replace("{host}", safe))
 
 
 def write_textfile(path: Path, registry: CollectorRegistry, mode: int = 0o644) -> None:
