@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict
 from pyinfra import host
-from pyinfra.api import OperationError, operation
+from pyinfra.api import OperationError, StringCommand, operation
 
 from gpunode.facts.kernel_params import KernelParamsState
+from gpunode.facts.lock import UNLOAD_FILE
 from gpunode.facts.snapshot import node
 from gpunode.ops.changes import report_change
-from gpunode.ops.shell import argv_text, every_command
+from gpunode.ops.shell import argv_text, every_command, quote
 
 # Modules that only make sense with a given kind of device present.
 NEEDS_RDMA = frozenset({"nvidia_peermem"})
@@ -89,3 +90,26 @@ def kernel_modules(modules: list[str], required: list[str] | None = None):
     else:
         skipped = "; ".join(f"{m} {why}" for m, why in plan.not_applicable.items())
         host.noop("modules loaded" + (f"; skipped: {skipped}" if skipped else ""))
+
+
+@operation()
+def modules_unloaded(modules: list[str], loaded_before: list[str]):
+    """
+    Unload the modules gpunode loaded (loaded now, not before its first apply): listed in
+    /run/gpunode/unload for the run's lock holder, which unloads each once the run's
+    connection is gone (tcp_bbr: that connection used it) and nothing else uses it.
+
+    + modules: the modules gpunode loads (the profile's)
+    + loaded_before: those loaded before gpunode's first apply (state.json)
+    """
+    live = node().kernel
+    mine = sorted(m for m in {n.replace("-", "_") for n in modules}
+                  if m in live.loaded_modules and m not in loaded_before)
+    if not mine:
+        host.noop("no module of gpunode's is loaded")
+        return
+    for name in mine:
+        report_change(f"module {name}", "loaded", "unloaded",
+                      where="once this run's connection closes; if still in use: at reboot")
+    listing = argv_text("printf", "%s\\n", *mine)
+    yield StringCommand(f"{listing} > {quote(UNLOAD_FILE)}")

@@ -12,6 +12,7 @@ from pathlib import Path
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, OperationError, StringCommand, operation
 
+from gpunode.facts.lock import LOCK_DIR
 from gpunode.facts.owned import STATE_DIR, STATE_FILE, NodeState
 from gpunode.facts.snapshot import node
 from gpunode.ops.changes import report_change
@@ -103,5 +104,6 @@ def state_forgotten():
         host.noop(f"{STATE_DIR} absent")
         return
     report_change(STATE_DIR, "present", "(removed)", where="originals, backups, state.json")
+    report_change(LOCK_DIR, "present", "(removed)", where="as this run's connection closes")
     yield StringCommand(f"rm -rf {STATE_DIR} && sync {shlex.quote(str(Path(STATE_DIR).parent))}")
 

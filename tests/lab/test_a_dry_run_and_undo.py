@@ -14,6 +14,8 @@ tests after it get a guest that went through undo.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from gpunode.profile.loader import load_profile
@@ -150,6 +152,18 @@ def test_5_undo_puts_the_fresh_guest_back(lab_vm, fresh):
     lines = dry.change_lines()
     assert "apt-mark linux-image-" in " ".join(lines), lines
     assert any(line.startswith("kernel.numa_balancing 0 -> 1") for line in lines), lines
+    assert f"module {LAB_STAND_IN_MODULE} loaded -> unloaded" in " ".join(lines), lines
+    assert any(line.startswith("/run/gpunode present -> (removed)") for line in lines), lines
     assert "after undo, a reboot is needed" in run.log
+    # Nothing of gpunode's left before the reboot either: the module gpunode loaded is unloaded
+    # (its run's SSH connection used it until the end) and /run/gpunode is gone (#42).
+    left = "present"
+    for _ in range(30):
+        left = sh(lab_vm, f"ls -d /run/gpunode 2>/dev/null; "
+                          f"grep -o '^{LAB_STAND_IN_MODULE} ' /proc/modules || true").strip()
+        if not left:
+            break
+        time.sleep(1)
+    assert left == "", f"left after undo: {left}"
     lab_vm.reboot()
     assert state_of(lab_vm) == fresh

@@ -7,7 +7,9 @@ releases the apt holds gpunode added; disables the units gpunode enabled that we
 before (nvidia-persistenced); puts each owned file back to its original or removes it; removes
 what gpunode's units wrote (the metrics file) and the folders gpunode created, when empty;
 puts each edited bootloader file back (or takes out only gpunode's parameters, when it was
-changed since) and refreshes the bootloader; and last removes /var/lib/gpunode. Each step is a
+changed since) and refreshes the bootloader; lists the modules gpunode loaded for unloading
+once the run's connection is gone; and last removes /var/lib/gpunode (and with it, as the run
+ends, /run/gpunode: gpunode.facts.lock). Each step is a
 no-op on a node already back, so a second undo changes nothing. What only a reboot undoes is
 reported.
 """
@@ -26,6 +28,7 @@ from gpunode.facts.owned import (
 )
 from gpunode.facts.snapshot import Needs, node
 from gpunode.ops.changes import log_wrapped
+from gpunode.ops.modules import modules_unloaded
 from gpunode.ops.services import unit_disabled
 from gpunode.ops.state import recorded_state, state_forgotten, state_recorded
 from gpunode.ops.sysctl import sysctl_values
@@ -101,11 +104,6 @@ def reboot_notes(recorded: NodeState | None, targets: UndoTargets) -> list[str]:
     added = [t for t in booted if t not in recorded.cmdline]
     if added:
         notes.append(f"the booted cmdline still has {' '.join(added)}")
-    live = snapshot.kernel
-    loaded = sorted(m for m in live.loaded_modules if m in targets.modules
-                    and m not in recorded.modules_loaded)
-    if loaded:
-        notes.append(f"modules gpunode loaded stay loaded: {' '.join(loaded)}")
     notes.append(f"device and CPU values {targets.unit} set (MaxReadReq, C-states, governor) "
                  "stay until the next boot")
     if targets.gpu_runtime and snapshot.driver_loaded:
@@ -150,6 +148,9 @@ def undo_node(targets: UndoTargets) -> None:
                                gone=gone)
     for path, refresh in targets.edited_files.items():
         edited_file_restored(name=f"Put back {path}", dest=path, refresh=refresh)
+    if recorded is not None:
+        modules_unloaded(name="Unload the modules gpunode loaded", modules=targets.modules,
+                         loaded_before=recorded.modules_loaded)
     state_forgotten(name=f"Remove {STATE_DIR}")
     notes = reboot_notes(recorded, targets)
     if notes:
