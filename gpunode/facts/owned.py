@@ -10,6 +10,10 @@ Layout under STATE_DIR (/var/lib/gpunode):
   the original only while the file still holds that, else takes out gpunode's tokens alone.
 - state.json: the runtime values found before the first apply (sysctls, loaded modules, apt
   holds, boot unit), written once by the first apply (gpunode.ops.state).
+- pending/<path with / as %>: written (and synced) before gpunode replaces a file whose change
+  a command must follow (update-grub, update-initramfs, daemon-reload), removed once that
+  command succeeded: a run that finds one runs the command again, though the file is right
+  (the power went, or the command failed, between the two).
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ ORIGINALS_DIR = f"{STATE_DIR}/originals"
 BACKUPS_DIR = f"{STATE_DIR}/backups"
 WRITTEN_DIR = f"{STATE_DIR}/written"
 STATE_FILE = f"{STATE_DIR}/state.json"
+PENDING_DIR = f"{STATE_DIR}/pending"
 ABSENT_SUFFIX = ".absent"
 BACKUPS_KEPT = 5
 
@@ -37,6 +42,11 @@ BACKUPS_KEPT = 5
 def original_path(path: str) -> str:
     """Where the original of path is kept."""
     return f"{ORIGINALS_DIR}{path}"
+
+
+def pending_marker(path: str) -> str:
+    """The marker that says the command after a change of path has not yet succeeded."""
+    return f"{PENDING_DIR}/{path.strip('/').replace('/', '%')}"
 
 
 def written_path(path: str) -> str:

@@ -21,6 +21,7 @@ from pyinfra.api import FunctionCommand
 
 from gpunode.facts.lock import LOCK_FILE
 from gpunode.facts.node_read import NodeRead
+from gpunode.facts.owned import PENDING_DIR
 from gpunode.facts.sections import fact_data
 from gpunode.facts.snapshot_model import Needs, Part, Paths, Snapshot, combined
 from gpunode.pyinfra_adapter import (
@@ -74,6 +75,8 @@ def read_node(needs: Needs) -> Snapshot:
     file's text is read too (the diff's old side)."""
     if diff_requested():
         needs = needs | Needs(contents=needs.files)
+    if needs.files:  # the commands a change of those files left to finish (owned.PENDING_DIR)
+        needs = needs | Needs(folders=(PENDING_DIR,))
     held = _held()
     if held is not None and not held.stale and (held.needs | needs) == held.needs:
         return held.snapshot

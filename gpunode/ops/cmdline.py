@@ -42,14 +42,18 @@ from gpunode.ops.changes import report_change, shorten
 from gpunode.ops.files import (
     atomic_write_commands,
     backup_command,
+    clear_pending,
     durable_remove,
     durable_rename,
     joined_command,
     keep_original_command,
     latest_backup,
+    mark_pending,
+    pending,
     render_template,
     staged_write,
     temp_path,
+    then_cleared,
     verified_copy,
 )
 from gpunode.ops.shell import argv_text
@@ -74,13 +78,15 @@ def replace_with_rollback(dest: str, text: str, refresh: str) -> list[Any]:
     temp = temp_path(dest)
     q_dest, q_temp = shlex.quote(dest), shlex.quote(temp)
     return staged_write(
-        joined_command(keep_original_command(dest), backup_command(dest)), text, temp,
+        joined_command(keep_original_command(dest), backup_command(dest),
+                       StringCommand(mark_pending(dest))), text, temp,
         StringCommand(
             f"chown root:root {q_temp} && chmod 644 {q_temp} && "
             f"{durable_rename(q_temp, q_dest)} && "
             f"{{ {synced(refresh)} || {{ {verified_copy(latest_backup(dest), q_dest)}; "
+            f"{clear_pending(dest)}; "
             f"echo 'gpunode: {refresh.split()[0]} failed; {dest} restored from its backup' >&2; "
-            "exit 1; }; } && "
+            f"exit 1; }}; }} && {clear_pending(dest)} && "
             f"mkdir -p {shlex.quote(str(Path(written_path(dest)).parent))} && "
             f"{verified_copy(q_dest, shlex.quote(written_path(dest)))}"
         ))
@@ -131,13 +137,21 @@ def grub_dropin_commands(dest: str, text: str, existed: bool) -> list[Any]:
     remove the new one) and fail naming the tool."""
     q_dest = argv_text(dest)
     restore = verified_copy(latest_backup(dest), q_dest) if existed else durable_remove(q_dest)
-    return [
-        *atomic_write_commands(text, dest, "644"),
-        StringCommand(
-            f"{synced('update-grub')} || {{ {restore}; "
-            f"echo 'gpunode: update-grub failed; {dest} put back as it was' >&2; exit 1; }}"
-        ),
-    ]
+    return atomic_write_commands(
+        text, dest, "644",
+        after=f"{synced('update-grub')} || {{ {restore}; {clear_pending(dest)}; "
+        f"echo 'gpunode: update-grub failed; {dest} put back as it was' >&2; exit 1; }}")
+
+
+def refresh_if_pending(dest: str, refresh: str, note: str):
+    """The bootloader update again when the one after dest's last change did not succeed
+    (files.pending); else a no-op saying `note`."""
+    if not pending(dest):
+        host.noop(note)
+        return
+    report_change(f"{dest} then {refresh.split()[0]}", "did not finish", "run again",
+                  where="the file changed, the bootloader update after it did not succeed")
+    yield StringCommand(then_cleared(dest, synced(refresh)))
 
 
 def uses_systemd_boot(state: CmdlineState, bootloader: str) -> bool:
@@ -214,7 +228,8 @@ def _kernel_cmdline(state: CmdlineState, params: dict[str, str | None], bootload
                 KERNEL_CMDLINE_FILE, " ".join(wanted) + "\n", "proxmox-boot-tool refresh"
             )
             return
-        host.noop(f"{KERNEL_CMDLINE_FILE} already has the parameters")
+        yield from refresh_if_pending(KERNEL_CMDLINE_FILE, "proxmox-boot-tool refresh",
+                                      f"{KERNEL_CMDLINE_FILE} already has the parameters")
         return
     if state.grub_default_text is None and bootloader == "auto":
         host.noop(
@@ -237,7 +252,8 @@ def _kernel_cmdline(state: CmdlineState, params: dict[str, str | None], bootload
         report_grub_entry(state.grub_default_text, text)
         yield from replace_with_rollback(GRUB_DEFAULT_FILE, text, "update-grub")
     else:
-        host.noop(f"{GRUB_DEFAULT_FILE} already has the parameters")
+        yield from refresh_if_pending(GRUB_DEFAULT_FILE, "update-grub",
+                                      f"{GRUB_DEFAULT_FILE} already has the parameters")
 
 
 def _grub_dropin(state: CmdlineState, params: dict[str, str | None], entry: str | None):
@@ -253,7 +269,8 @@ def _grub_dropin(state: CmdlineState, params: dict[str, str | None], entry: str 
     old = state.grub_dropins.get(GPUNODE_GRUB_DROPIN)
     note = grub_dropin_note(state, entry)
     if text == old:
-        host.noop(f"{GPUNODE_GRUB_DROPIN} already has the parameters ({note})")
+        yield from refresh_if_pending(GPUNODE_GRUB_DROPIN, "update-grub",
+                                      f"{GPUNODE_GRUB_DROPIN} already has the parameters ({note})")
         return
     report_cmdline_changes(state.configured, split_cmdline(grub_cmdline_value(text)),
                            f"{GPUNODE_GRUB_DROPIN} {GRUB_CMDLINE_VAR}")

@@ -32,8 +32,10 @@ from pyinfra.api import FileUploadCommand, StringCommand, operation
 from gpunode.facts.owned import (
     ABSENT_SUFFIX,
     BACKUPS_KEPT,
+    PENDING_DIR,
     backup_prefix,
     original_path,
+    pending_marker,
 )
 from gpunode.facts.snapshot import node
 from gpunode.ops.changes import diff_enabled, log_file_diff, report_change
@@ -129,19 +131,47 @@ def latest_backup(dest: str) -> str:
 INLINE_MAX = 64 * 1024
 
 
+def mark_pending(dest: str) -> str:
+    """Shell: the marker that dest's follow-up command has not yet succeeded, on disk
+    (facts.owned PENDING_DIR), before dest is replaced."""
+    q_marker = shlex.quote(pending_marker(dest))
+    return f"mkdir -p {shlex.quote(PENDING_DIR)} && : > {q_marker} && sync -f {q_marker}"
+
+
+def clear_pending(dest: str) -> str:
+    """Shell: dest's follow-up command succeeded (its marker goes)."""
+    return f"rm -f {shlex.quote(pending_marker(dest))}"
+
+
+def pending(dest: str) -> bool:
+    """The command that follows a change of dest did not succeed after the last change (the
+    power went, or it failed): the next run runs it again."""
+    marker = pending_marker(dest)
+    return marker.rsplit("/", 1)[1] in (node().folders.get(PENDING_DIR) or [])
+
+
+def then_cleared(dest: str, after: str) -> str:
+    """Shell: after, then dest's marker cleared (only when after succeeded)."""
+    return f"{{ {after}; }} && {clear_pending(dest)}"
+
+
 def atomic_write_commands(text: str, dest: str, mode: str, after: str | None = None) -> list[Any]:
-    """The folder, the original kept, the old file backed up; the new text beside dest; owner,
-    mode, the rename over dest and `after` (each step only when the one before succeeded):
-    one remote command, or, for a text over INLINE_MAX, a command, an upload and a command."""
+    """The folder, the original kept, the old file backed up (and, with `after`, its pending
+    marker); the new text beside dest; owner, mode, the rename over dest and `after` (each step
+    only when the one before succeeded; the marker cleared last): one remote command, or, for a
+    text over INLINE_MAX, a command, an upload and a command."""
     temp = temp_path(dest)
     q_dest, q_temp = shlex.quote(dest), shlex.quote(temp)
     # A temporary an earlier run left when the power went (named after that run) goes first.
-    prepare = joined_command(StringCommand(f"mkdir -p {shlex.quote(str(Path(dest).parent))} && "
-                                           f"rm -f -- {q_dest}.gpunode-new.*"),
-                             keep_original_command(dest), backup_command(dest))
+    steps = [StringCommand(f"mkdir -p {shlex.quote(str(Path(dest).parent))} && "
+                           f"rm -f -- {q_dest}.gpunode-new.*"),
+             keep_original_command(dest), backup_command(dest)]
+    if after:
+        steps.append(StringCommand(mark_pending(dest)))
     finish = StringCommand(f"chown root:root {q_temp} && chmod {mode} {q_temp} && "
-                           f"{durable_rename(q_temp, q_dest)}" + (f" && {after}" if after else ""))
-    return staged_write(prepare, text, temp, finish)
+                           f"{durable_rename(q_temp, q_dest)}"
+                           + (f" && {then_cleared(dest, after)}" if after else ""))
+    return staged_write(joined_command(*steps), text, temp, finish)
 
 
 def staged_write(prepare: StringCommand, text: str, temp: str, finish: StringCommand) -> list[Any]:
@@ -179,14 +209,21 @@ def owned_file(dest: str, text: str, mode: str = "644", after: str | None = None
         yield from atomic_write_commands(text, dest, mode, after=after)
         return
     drift = current.drift(mode)
-    if not drift:
+    redo = after if after and pending(dest) else None
+    if not drift and not redo:
         host.noop(f"{dest} is up to date")
         return
     for item in drift:
         setting, _, values = item.partition(" ")
         old, _, new = values.partition(" -> ")
         report_change(f"{dest} {setting}", old, new)
-    yield StringCommand(f"chown root:root {shlex.quote(dest)} && chmod {mode} {shlex.quote(dest)}")
+    if redo:
+        report_change(f"{dest} then {redo.split()[0]}", "did not finish", "run again",
+                      where="the file changed, the command after it did not succeed")
+    commands = [f"chown root:root {shlex.quote(dest)} && chmod {mode} {shlex.quote(dest)}"
+                ] if drift else []
+    commands += [then_cleared(dest, redo)] if redo else []
+    yield StringCommand(" && ".join(commands))
 
 
 def template_file(

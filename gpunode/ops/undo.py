@@ -34,7 +34,15 @@ from gpunode.facts.owned import (
 from gpunode.facts.snapshot import node
 from gpunode.ops.changes import report_change
 from gpunode.ops.cmdline import report_cmdline_changes, set_grub_default_entry, synced
-from gpunode.ops.files import durable_remove, durable_rename, temp_path, verified_copy
+from gpunode.ops.files import (
+    durable_remove,
+    durable_rename,
+    mark_pending,
+    pending,
+    temp_path,
+    then_cleared,
+    verified_copy,
+)
 
 
 def _same(a: FileState | None, b: FileState | None) -> bool:
@@ -57,19 +65,31 @@ def owned_file_removed(dest: str, after: str | None = None):
     current, original = node().file(dest), node().file(original_path(dest))
     if kept == "file" and original is not None:
         if _same(current, original):
-            host.noop(f"{dest} is the original")
+            yield from _after_if_pending(dest, after, f"{dest} is the original")
             return
         report_change(dest, "gpunode's" if current else "(absent)", "the original",
                       where=f"from {original_path(dest)}")
-        yield StringCommand(verified_copy(shlex.quote(original_path(dest)), shlex.quote(dest)))
+        put_back = verified_copy(shlex.quote(original_path(dest)), shlex.quote(dest))
     elif current is None:
-        host.noop(f"{dest} absent")
+        yield from _after_if_pending(dest, after, f"{dest} absent")
         return
     else:
         report_change(dest, "present", "(removed)", where="gpunode created it")
-        yield StringCommand(durable_remove(shlex.quote(dest)))
-    if after:
-        yield StringCommand(after)
+        put_back = durable_remove(shlex.quote(dest))
+    # Reported above, before the first command: --dry stops an operation at its first command.
+    yield StringCommand(f"{mark_pending(dest)} && {put_back} && {then_cleared(dest, after)}"
+                        if after else put_back)
+
+
+def _after_if_pending(dest: str, after: str | None, note: str):
+    """`after` again when it did not succeed after dest was put back (files.pending), else a
+    no-op saying note."""
+    if not after or not pending(dest):
+        host.noop(note)
+        return
+    report_change(f"{dest} then {after.split()[0]}", "did not finish", "run again",
+                  where="the file was put back, the command after it did not succeed")
+    yield StringCommand(then_cleared(dest, after))
 
 
 def _lines_text(lines: list[str] | None) -> str:
@@ -129,15 +149,16 @@ def edited_file_restored(dest: str, refresh: str):
     paths = [dest, original_path(dest), written_path(dest)]
     current, original, written = (node().file(p) for p in paths)
     if current is None or _same(current, original):
-        host.noop(f"{dest} is the original")
+        yield from _after_if_pending(dest, synced(refresh), f"{dest} is the original")
         return
     text = {p: _lines_text(node().contents.get(p)) for p in paths}
     where = f"{dest} {GRUB_CMDLINE_VAR}" if dest == GRUB_DEFAULT_FILE else dest
     if written is not None and current.sha1 == written.sha1:
         report_cmdline_changes(_tokens(text[dest], dest), _tokens(text[paths[1]], dest), where)
         report_change(dest, "gpunode's edit", "the original", where=f"from {paths[1]}")
-        yield StringCommand(verified_copy(shlex.quote(paths[1]), shlex.quote(dest)))
-        yield StringCommand(synced(refresh))
+        put_back = verified_copy(shlex.quote(paths[1]), shlex.quote(dest))
+        yield StringCommand(f"{mark_pending(dest)} && {{ {put_back}; }} && "
+                            f"{then_cleared(dest, synced(refresh))}")
         return
     new = tokens_removed_text(dest, text[dest], text[paths[1]], text[paths[2]])
     if new == text[dest]:
@@ -146,11 +167,12 @@ def edited_file_restored(dest: str, refresh: str):
     report_cmdline_changes(_tokens(text[dest], dest), _tokens(new, dest), where)
     report_change(dest, "changed since gpunode's edit", "only gpunode's parameters removed")
     temp = temp_path(dest)
+    yield StringCommand(mark_pending(dest))
     yield FileUploadCommand(StringIO(new), temp)
     yield StringCommand(f"chown --reference={shlex.quote(dest)} {shlex.quote(temp)} && "
                         f"chmod --reference={shlex.quote(dest)} {shlex.quote(temp)} && "
                         f"{durable_rename(shlex.quote(temp), shlex.quote(dest))}")
-    yield StringCommand(synced(refresh))
+    yield StringCommand(then_cleared(dest, synced(refresh)))
 
 
 @operation()
