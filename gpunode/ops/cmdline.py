@@ -40,6 +40,7 @@ from gpunode.facts.shell_assign import ShellValueError, assignment_line
 from gpunode.facts.snapshot import node
 from gpunode.ops.changes import report_change, shorten
 from gpunode.ops.files import (
+    after_if_pending,
     atomic_write_commands,
     backup_command,
     clear_pending,
@@ -49,11 +50,9 @@ from gpunode.ops.files import (
     keep_original_command,
     latest_backup,
     mark_pending,
-    pending,
     render_template,
     staged_write,
     temp_path,
-    then_cleared,
     verified_copy,
 )
 from gpunode.ops.shell import argv_text
@@ -143,17 +142,6 @@ def grub_dropin_commands(dest: str, text: str, existed: bool) -> list[Any]:
         f"echo 'gpunode: update-grub failed; {dest} put back as it was' >&2; exit 1; }}")
 
 
-def refresh_if_pending(dest: str, refresh: str, note: str):
-    """The bootloader update again when the one after dest's last change did not succeed
-    (files.pending); else a no-op saying `note`."""
-    if not pending(dest):
-        host.noop(note)
-        return
-    report_change(f"{dest} then {refresh.split()[0]}", "did not finish", "run again",
-                  where="the file changed, the bootloader update after it did not succeed")
-    yield StringCommand(then_cleared(dest, synced(refresh)))
-
-
 def uses_systemd_boot(state: CmdlineState, bootloader: str) -> bool:
     return bootloader == "systemd-boot" or (bootloader == "auto" and state.systemd_boot)
 
@@ -228,8 +216,8 @@ def _kernel_cmdline(state: CmdlineState, params: dict[str, str | None], bootload
                 KERNEL_CMDLINE_FILE, " ".join(wanted) + "\n", "proxmox-boot-tool refresh"
             )
             return
-        yield from refresh_if_pending(KERNEL_CMDLINE_FILE, "proxmox-boot-tool refresh",
-                                      f"{KERNEL_CMDLINE_FILE} already has the parameters")
+        yield from after_if_pending(KERNEL_CMDLINE_FILE, synced("proxmox-boot-tool refresh"),
+                                    f"{KERNEL_CMDLINE_FILE} already has the parameters")
         return
     if state.grub_default_text is None and bootloader == "auto":
         host.noop(
@@ -252,8 +240,8 @@ def _kernel_cmdline(state: CmdlineState, params: dict[str, str | None], bootload
         report_grub_entry(state.grub_default_text, text)
         yield from replace_with_rollback(GRUB_DEFAULT_FILE, text, "update-grub")
     else:
-        yield from refresh_if_pending(GRUB_DEFAULT_FILE, "update-grub",
-                                      f"{GRUB_DEFAULT_FILE} already has the parameters")
+        yield from after_if_pending(GRUB_DEFAULT_FILE, synced("update-grub"),
+                                    f"{GRUB_DEFAULT_FILE} already has the parameters")
 
 
 def _grub_dropin(state: CmdlineState, params: dict[str, str | None], entry: str | None):
@@ -269,8 +257,8 @@ def _grub_dropin(state: CmdlineState, params: dict[str, str | None], entry: str 
     old = state.grub_dropins.get(GPUNODE_GRUB_DROPIN)
     note = grub_dropin_note(state, entry)
     if text == old:
-        yield from refresh_if_pending(GPUNODE_GRUB_DROPIN, "update-grub",
-                                      f"{GPUNODE_GRUB_DROPIN} already has the parameters ({note})")
+        yield from after_if_pending(GPUNODE_GRUB_DROPIN, synced("update-grub"),
+                                    f"{GPUNODE_GRUB_DROPIN} already has the parameters ({note})")
         return
     report_cmdline_changes(state.configured, split_cmdline(grub_cmdline_value(text)),
                            f"{GPUNODE_GRUB_DROPIN} {GRUB_CMDLINE_VAR}")

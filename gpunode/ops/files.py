@@ -155,6 +155,22 @@ def then_cleared(dest: str, after: str) -> str:
     return f"{{ {after}; }} && {clear_pending(dest)}"
 
 
+def report_redo(dest: str, after: str) -> None:
+    """The change line of a follow-up command run again (pending)."""
+    report_change(f"{dest} then {after.split()[0]}", "did not finish", "run again",
+                  where="the file changed, the command after it did not succeed")
+
+
+def after_if_pending(dest: str, after: str | None, note: str):
+    """`after` again (its marker cleared) when it did not succeed after dest's last change
+    (pending); else a no-op saying note."""
+    if not after or not pending(dest):
+        host.noop(note)
+        return
+    report_redo(dest, after)
+    yield StringCommand(then_cleared(dest, after))
+
+
 def atomic_write_commands(text: str, dest: str, mode: str, after: str | None = None) -> list[Any]:
     """The folder, the original kept, the old file backed up (and, with `after`, its pending
     marker); the new text beside dest; owner, mode, the rename over dest and `after` (each step
@@ -218,8 +234,7 @@ def owned_file(dest: str, text: str, mode: str = "644", after: str | None = None
         old, _, new = values.partition(" -> ")
         report_change(f"{dest} {setting}", old, new)
     if redo:
-        report_change(f"{dest} then {redo.split()[0]}", "did not finish", "run again",
-                      where="the file changed, the command after it did not succeed")
+        report_redo(dest, redo)
     commands = [f"chown root:root {shlex.quote(dest)} && chmod {mode} {shlex.quote(dest)}"
                 ] if drift else []
     commands += [then_cleared(dest, redo)] if redo else []

@@ -35,10 +35,10 @@ from gpunode.facts.snapshot import node
 from gpunode.ops.changes import report_change
 from gpunode.ops.cmdline import report_cmdline_changes, set_grub_default_entry, synced
 from gpunode.ops.files import (
+    after_if_pending,
     durable_remove,
     durable_rename,
     mark_pending,
-    pending,
     temp_path,
     then_cleared,
     verified_copy,
@@ -65,13 +65,13 @@ def owned_file_removed(dest: str, after: str | None = None):
     current, original = node().file(dest), node().file(original_path(dest))
     if kept == "file" and original is not None:
         if _same(current, original):
-            yield from _after_if_pending(dest, after, f"{dest} is the original")
+            yield from after_if_pending(dest, after, f"{dest} is the original")
             return
         report_change(dest, "gpunode's" if current else "(absent)", "the original",
                       where=f"from {original_path(dest)}")
         put_back = verified_copy(shlex.quote(original_path(dest)), shlex.quote(dest))
     elif current is None:
-        yield from _after_if_pending(dest, after, f"{dest} absent")
+        yield from after_if_pending(dest, after, f"{dest} absent")
         return
     else:
         report_change(dest, "present", "(removed)", where="gpunode created it")
@@ -79,17 +79,6 @@ def owned_file_removed(dest: str, after: str | None = None):
     # Reported above, before the first command: --dry stops an operation at its first command.
     yield StringCommand(f"{mark_pending(dest)} && {put_back} && {then_cleared(dest, after)}"
                         if after else put_back)
-
-
-def _after_if_pending(dest: str, after: str | None, note: str):
-    """`after` again when it did not succeed after dest was put back (files.pending), else a
-    no-op saying note."""
-    if not after or not pending(dest):
-        host.noop(note)
-        return
-    report_change(f"{dest} then {after.split()[0]}", "did not finish", "run again",
-                  where="the file was put back, the command after it did not succeed")
-    yield StringCommand(then_cleared(dest, after))
 
 
 def _lines_text(lines: list[str] | None) -> str:
@@ -149,7 +138,7 @@ def edited_file_restored(dest: str, refresh: str):
     paths = [dest, original_path(dest), written_path(dest)]
     current, original, written = (node().file(p) for p in paths)
     if current is None or _same(current, original):
-        yield from _after_if_pending(dest, synced(refresh), f"{dest} is the original")
+        yield from after_if_pending(dest, synced(refresh), f"{dest} is the original")
         return
     text = {p: _lines_text(node().contents.get(p)) for p in paths}
     where = f"{dest} {GRUB_CMDLINE_VAR}" if dest == GRUB_DEFAULT_FILE else dest
