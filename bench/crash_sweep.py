@@ -114,10 +114,13 @@ def check_originals(kept: dict[str, str], before: dict[str, str]) -> list[str]:
             if before.get(p, "?") != kept[p]]
 
 
-def deploy_cut(vm: LabVM, i: int, at: float, ref: dict, logs: Path) -> dict:
-    start_fresh(vm)
-    last = cut_during(vm, SITE, at, logs / f"cut-{i}.log")
-    result: dict = {"kind": "converge", "cut_at_s": round(at, 1), "last_line": last}
+def cut_and_boot(vm: LabVM, kind: str, deploy: str, at: float, ref: dict, log: Path,
+                 base: Path | None = None) -> dict:
+    """Cut the power at `at` seconds into `deploy`, boot again, and check every file is whole
+    and every kept original is the file as it was; result["booted"] says whether it booted."""
+    start_fresh(vm, base=base)
+    last = cut_during(vm, deploy, at, log)
+    result: dict = {"kind": kind, "cut_at_s": round(at, 1), "last_line": last}
     try:
         vm.boot()
         result["boot_to_ssh_s"] = round(vm.wait_ssh(timeout=BOOT_TIMEOUT_S), 1)
@@ -127,39 +130,44 @@ def deploy_cut(vm: LabVM, i: int, at: float, ref: dict, logs: Path) -> dict:
     now = hashes(vm, ref["paths"])
     result["not_whole"] = check_whole(now, [ref["before"], ref["after"]])
     result["originals_wrong"] = check_originals(kept_originals(vm), ref["before"])
-    again = run_pyinfra(SITE, "-y")
-    result["converged"] = again.returncode == 0
-    if not result["converged"]:
+    return result
+
+
+def run_again(deploy: str, result: dict, done_key: str) -> None:
+    """Run `deploy` again to its end; result[done_key] says whether it succeeded."""
+    again = run_pyinfra(deploy, "-y")
+    result[done_key] = again.returncode == 0
+    if not result[done_key]:
         result["error"] = again.log[-1500:]
-    further = run_pyinfra(SITE, "-y")
-    result["further_changes"] = further.changed() if further.returncode == 0 else ["(failed)"]
+
+
+def further_changes(deploy: str) -> list[str]:
+    """What one more run of `deploy` changed (nothing, on a converged node)."""
+    further = run_pyinfra(deploy, "-y")
+    return further.changed() if further.returncode == 0 else ["(failed)"]
+
+
+def deploy_cut(vm: LabVM, i: int, at: float, ref: dict, logs: Path) -> dict:
+    result = cut_and_boot(vm, "converge", SITE, at, ref, logs / f"cut-{i}.log")
+    if not result["booted"]:
+        return result
+    run_again(SITE, result, "converged")
+    result["further_changes"] = further_changes(SITE)
     result["ok"] = bool(result["converged"] and not result["not_whole"]
                         and not result["originals_wrong"] and not result["further_changes"])
     return result
 
 
 def undo_cut(vm: LabVM, j: int, at: float, ref: dict, logs: Path) -> dict:
-    start_fresh(vm, base=ref["converged_disk"])
-    last = cut_during(vm, UNDO, at, logs / f"undo-cut-{j}.log")
-    result: dict = {"kind": "undo", "cut_at_s": round(at, 1), "last_line": last}
-    try:
-        vm.boot()
-        result["boot_to_ssh_s"] = round(vm.wait_ssh(timeout=BOOT_TIMEOUT_S), 1)
-    except Exception as exc:  # noqa: BLE001
-        return {**result, "booted": False, "error": str(exc)[-400:]}
-    result["booted"] = True
-    now = hashes(vm, ref["paths"])
-    result["not_whole"] = check_whole(now, [ref["before"], ref["after"]])
-    result["originals_wrong"] = check_originals(kept_originals(vm), ref["before"])
-    again = run_pyinfra(UNDO, "-y")
-    result["undone"] = again.returncode == 0
-    if not result["undone"]:
-        result["error"] = again.log[-1500:]
+    result = cut_and_boot(vm, "undo", UNDO, at, ref, logs / f"undo-cut-{j}.log",
+                          base=ref["converged_disk"])
+    if not result["booted"]:
+        return result
+    run_again(UNDO, result, "undone")
     final = hashes(vm, ref["paths"])
     result["not_as_before"] = [f"{p}: {final[p]} (before {ref['before'][p]})" for p in final
                                if final[p] != ref["before"][p] and p != GRUB_CFG]
-    further = run_pyinfra(UNDO, "-y")
-    result["further_changes"] = further.changed() if further.returncode == 0 else ["(failed)"]
+    result["further_changes"] = further_changes(UNDO)
     result["ok"] = bool(result["undone"] and not result["not_whole"]
                         and not result["originals_wrong"] and not result["not_as_before"]
                         and not result["further_changes"])
