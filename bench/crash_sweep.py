@@ -15,12 +15,14 @@ Not a test: a script (minutes a cut on this 2-core machine, TCG guest). It boots
    `python -m lab power-cut`) at T*(i+1)/(N+1), the same disk booted (`python -m lab boot`).
    Checked: it boots to SSH; each file is whole, either as before or as converged (no half
    file in force); every original gpunode kept is byte-identical to the file before gpunode
-   first ran (or marked absent where there was none); site.py again converges (exit 0); a
-   further run changes nothing.
+   first ran (or marked absent where there was none; a temporary the cut left beside one is
+   not an original); site.py again converges (exit 0) and leaves no temporary (`*.gpunode-copy`,
+   `*.gpunode-new.*`) beside a watched file or among the originals; a further run changes
+   nothing.
 3. Each undo cut j of M: a fresh overlay of the converged disk, undo.py started, the power cut
    at U*(j+1)/(M+1), boot. Checked: boots; each file converged or as before, whole; undo again
-   succeeds; the files are then exactly as before gpunode, /var/lib/gpunode gone; a further
-   undo changes nothing.
+   succeeds, leaving no temporary; the files are then exactly as before gpunode,
+   /var/lib/gpunode gone; a further undo changes nothing.
 
 Prints one line a cut and the figure ("N/N cuts: booted, converged, originals exact"), and
 writes the JSON to --out (default bench/results/crash-sweep-<suite>-<date>.json).
@@ -52,6 +54,7 @@ SITE, UNDO = "deploy/site.py", "deploy/undo.py"
 GRUB_CFG = "/boot/grub/grub.cfg"
 ORIGINALS = original_path("").rstrip("/")
 BOOT_TIMEOUT_S = 900.0
+COPY_SUFFIX, NEW_INFIX = ".gpunode-copy", ".gpunode-new."  # gpunode.ops.files' temporaries
 
 
 def hashes(vm: LabVM, paths: list[str]) -> dict[str, str]:
@@ -71,7 +74,8 @@ def kept_originals(vm: LabVM) -> dict[str, str]:
     listing = f"[ -d {ORIGINALS} ] && cd {ORIGINALS} && find . -type f | sort"
     rc, out, _ = vm.ssh(listing, timeout=60)
     kept: dict[str, str] = {}
-    files = [line[1:] for line in out.splitlines() if line.startswith("./")] if rc == 0 else []
+    files = [line[1:] for line in out.splitlines()
+             if line.startswith("./") and not is_temporary(line)] if rc == 0 else []
     real = [f for f in files if not f.endswith(ABSENT_SUFFIX)]
     found = hashes(vm, [ORIGINALS + f for f in real]) if real else {}
     for f in files:
@@ -80,6 +84,23 @@ def kept_originals(vm: LabVM) -> dict[str, str]:
         else:
             kept[f] = found[ORIGINALS + f]
     return kept
+
+
+def is_temporary(name: str) -> bool:
+    """A checked copy or a new file's temporary (a cut can leave one; the next write of that
+    path overwrites it: it is never read as an original)."""
+    return name.endswith(COPY_SUFFIX) or NEW_INFIX in name
+
+
+def temporaries_left(vm: LabVM, paths: list[str]) -> list[str]:
+    """Temporaries beside the watched files or among the originals."""
+    folders = sorted({p.rsplit("/", 1)[0] or "/" for p in paths} | {ORIGINALS})
+    find = " ".join(shlex.quote(f) for f in folders)
+    rc, out, _ = vm.ssh(f"find {find} -maxdepth 1 \\( -name '*{COPY_SUFFIX}' -o "
+                        f"-name '*{NEW_INFIX}*' \\) 2>/dev/null; "
+                        f"[ -d {ORIGINALS} ] && find {ORIGINALS} -name '*{COPY_SUFFIX}' "
+                        f"-o -name '*{NEW_INFIX}*'; true", timeout=60)
+    return sorted(set(out.split())) if rc == 0 else ["(find failed)"]
 
 
 def start_fresh(vm: LabVM, base: Path | None = None) -> None:
@@ -152,9 +173,11 @@ def deploy_cut(vm: LabVM, i: int, at: float, ref: dict, logs: Path) -> dict:
     if not result["booted"]:
         return result
     run_again(SITE, result, "converged")
+    result["temporaries_left"] = temporaries_left(vm, ref["paths"])
     result["further_changes"] = further_changes(SITE)
     result["ok"] = bool(result["converged"] and not result["not_whole"]
-                        and not result["originals_wrong"] and not result["further_changes"])
+                        and not result["originals_wrong"] and not result["temporaries_left"]
+                        and not result["further_changes"])
     return result
 
 
@@ -164,13 +187,14 @@ def undo_cut(vm: LabVM, j: int, at: float, ref: dict, logs: Path) -> dict:
     if not result["booted"]:
         return result
     run_again(UNDO, result, "undone")
+    result["temporaries_left"] = temporaries_left(vm, ref["paths"])
     final = hashes(vm, ref["paths"])
     result["not_as_before"] = [f"{p}: {final[p]} (before {ref['before'][p]})" for p in final
                                if final[p] != ref["before"][p] and p != GRUB_CFG]
     result["further_changes"] = further_changes(UNDO)
     result["ok"] = bool(result["undone"] and not result["not_whole"]
                         and not result["originals_wrong"] and not result["not_as_before"]
-                        and not result["further_changes"])
+                        and not result["temporaries_left"] and not result["further_changes"])
     return result
 
 
