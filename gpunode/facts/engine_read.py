@@ -25,7 +25,8 @@ for each (at most MAX_PROCESSES) it prints, line by line:
   HF_HUB_CACHE, else HF_HOME/hub, else HOME/.cache/huggingface/hub;
   models--ORG--NAME/snapshots/<newest>/): `model-dir PATH` (inside the process's root),
   `modelconfig B64` (its config.json, at most CONFIG_BYTES), `weights SIZE NAME` (the size of
-  each *.safetensors/*.bin/*.gguf shard, by stat: contents are not read), `hfconfig B64`
+  each *.safetensors/*.bin/*.gguf shard, by stat: contents are not read; a model given as one
+  shard of a split GGUF, NAME-00001-of-00003.gguf, counts its sibling shards), `hfconfig B64`
   (config.json of vLLM's --hf-config-path, which wins); `model-refused` (a path with `..`),
   `model-missing ARG` (nothing found for it).
 
@@ -271,8 +272,26 @@ def _model(record: _Record) -> dict[str, Any]:
         record.notes.append(f"no config.json readable in {model_dir}")
     sizes = [int(f[0]) for f in (w.split(" ", 1) for w in record.weights)
              if f and f[0].isdigit()]
+    missing = _missing_shards(model_dir, [w.split(" ", 1)[-1] for w in record.weights])
+    if missing:
+        record.notes.append(missing)
+        sizes = []
     return {"model_dir": model_dir, "hf_config": config,
             "weight_bytes": sum(sizes) if sizes else None, "weight_files": len(sizes)}
+
+
+def _missing_shards(model: str | None, names: list[str]) -> str | None:
+    """A split GGUF given by one shard's path whose other shards are not all there: the note
+    (the weights' total is then not given: a part of the model is no figure for it)."""
+    shard = _SPLIT_GGUF.fullmatch(model.rsplit("/", 1)[-1]) if model else None
+    if shard is None:
+        return None
+    total = int(shard.group(2))
+    found = {m.group(1) for m in map(_SPLIT_GGUF.fullmatch, names) if m}
+    if len(found) == total:
+        return None
+    return (f"split GGUF {model}: {len(found)} of its {total} shards found beside it (put "
+            "every shard in its folder)")
 
 
 def _int(text: str | None) -> int | None:
@@ -363,6 +382,8 @@ _MODEL_ARG = (r"/^serve$/{n;/^-/!{p;q};}; "  # `vllm serve MODEL`; `serve --mode
 _HF_CONFIG_ARG = r"/^--hf-config-path=/{s/^[^=]*=//p;q}; /^--hf-config-path$/{n;p;q}"
 _HUB_ID = "[A-Za-z0-9_.-]*/[A-Za-z0-9_.-]*"
 _WEIGHTS = ("*.safetensors", "*.bin", "*.gguf")
+_SHARD = "[0-9]" * 5  # llama.cpp's gguf-split names: NAME-00001-of-00003.gguf
+_SPLIT_GGUF = re.compile(r".*-([0-9]{5})-of-([0-9]{5})\.gguf")
 
 
 def _model_read() -> str:
@@ -388,7 +409,10 @@ def _model_read() -> str:
         'if [ -n "$a" ] && [ -z "$d" ]; then echo "model-missing $a"; '
         'elif [ -n "$d" ] && [ ! -e "$d" ]; then echo "model-missing $a"; '
         'elif [ -f "$d" ]; then echo "model-dir ${d#$r}"; '
-        'echo "weights $(stat -L -c %s "$d") ${d##*/}"; '
+        f'case "${{d##*/}}" in *-{_SHARD}-of-{_SHARD}.gguf) '  # a split GGUF: every shard
+        f'for w in "${{d%-{_SHARD}-of-*}}"-{_SHARD}-of-"${{d##*-of-}}"; do '
+        '[ -f "$w" ] && echo "weights $(stat -L -c %s "$w") ${w##*/}"; done | head -n 4096 ;; '
+        '*) echo "weights $(stat -L -c %s "$d") ${d##*/}" ;; esac; '
         'elif [ -d "$d" ]; then echo "model-dir ${d#$r}"; '
         '[ -r "$d/config.json" ] && '
         f'echo "modelconfig $(head -c {CONFIG_BYTES + 1} "$d/config.json" | base64 -w0)"; '

@@ -79,6 +79,15 @@ def profile_config(snap: NodeSnapshot, profile: NodeProfile | None
     return data, ""
 
 
+def weights_source(p: EngineProcess) -> str:
+    """Where the weights' size came from, or why it was not read (a split GGUF's note)."""
+    if p.weight_bytes is not None:
+        return f"{p.weight_files} weight files in {p.model_dir}"
+    split = [n for n in p.notes if n.startswith("split GGUF")]
+    why = split[0] if split else "no *.safetensors, *.bin or *.gguf file found by the model's path"
+    return f"{why}: the size is counted from config.json"
+
+
 def decode_inputs(snap: NodeSnapshot, p: EngineProcess,
                   profile: NodeProfile | None = None) -> dict[str, Any]:
     """The decode model's inputs for engine process `p`: DecodeInputs' fields by name, with
@@ -117,11 +126,8 @@ def decode_inputs(snap: NodeSnapshot, p: EngineProcess,
             missing["model_config"] = (
                 f"config.json of {s.model or 'the model'} not read ("
                 f"{'; '.join(n for n in p.notes if 'model' in n) or 'no model path'}): {why}")
-    if p.weight_bytes is not None:
-        sources["weights_bytes"] = f"{p.weight_files} weight files in {p.model_dir}"
-    else:
-        missing["weights_bytes"] = ("no *.safetensors, *.bin or *.gguf file found by the "
-                                    "model's path: the size is counted from config.json")
+    where = sources if p.weight_bytes is not None else missing
+    where["weights_bytes"] = weights_source(p)
     world = s.tensor_parallel * s.pipeline_parallel
     link, p2p = engine_link(snap, min(world, len(gpus)) if gpus else 0)
     if world > 1:

@@ -39,6 +39,16 @@ def test_missing_config_and_context_say_so():
     assert got["weights_bytes"] is None and "weights_bytes" in got["missing"]
 
 
+def test_a_split_gguf_with_shards_missing_names_them_and_gives_no_size():
+    note = "split GGUF /m/q-00001-of-00003.gguf: 2 of its 3 shards found beside it (put ..."
+    p = process("vllm-22303-serve-enforce-eager-underscore", model_dir="/m/q-00001-of-00003.gguf",
+                hf_config=CONFIG, notes=[note])
+    _, snap = node_with(p)
+    got = decode_inputs(snap, p)
+    assert got["weights_bytes"] is None
+    assert got["missing"]["weights_bytes"] == note + ": the size is counted from config.json"
+
+
 def test_measured_tokens_per_second_from_the_mean_time_per_token():
     # vLLM time_per_output_token mean = sum / count (facts.engine_metrics): 20 ms -> 50 tok/s
     numbers = EngineNumbers(url="http://127.0.0.1:8000/metrics", time_per_output_token_s=0.02)

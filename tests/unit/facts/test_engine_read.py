@@ -211,6 +211,30 @@ def test_model_directory_config_and_weight_sizes(stand_ins):
     assert p.settings.max_model_len == 8000
 
 
+def test_a_split_gguf_counts_every_shard_or_says_which_are_missing(stand_ins):
+    # llama.cpp's gguf-split names; the engine given the first shard's path (vLLM --model FILE)
+    root, start = stand_ins
+    model = root / "gguf"
+    model.mkdir()
+    sizes = {"Qwen3-8B-Q8_0-00001-of-00003.gguf": 3_000_000_000,
+             "Qwen3-8B-Q8_0-00002-of-00003.gguf": 2_900_000_000,
+             "Qwen3-8B-Q8_0-00003-of-00003.gguf": 800_000_000,
+             "Qwen3-8B-Q4_K_M.gguf": 5_000_000_000}  # another file in the folder: not counted
+    for name, size in sizes.items():
+        with open(model / name, "wb") as f:
+            f.truncate(size)
+    first = model / "Qwen3-8B-Q8_0-00001-of-00003.gguf"
+    whole = start("-m", "vllm.entrypoints.openai.api_server", "--model", str(first))
+    wait_started(whole)
+    p = read({whole.pid})[0][whole.pid]
+    assert (p.weight_bytes, p.weight_files) == (6_700_000_000, 3)
+    assert not [n for n in p.notes if "split GGUF" in n]
+    (model / "Qwen3-8B-Q8_0-00003-of-00003.gguf").unlink()
+    p = read({whole.pid})[0][whole.pid]
+    assert p.weight_bytes is None  # a part of the model is no figure for it
+    assert f"split GGUF {first}: 2 of its 3 shards found beside it" in " ".join(p.notes)
+
+
 def test_hub_id_in_the_processs_hf_cache_and_hf_config_path(stand_ins):
     root, start = stand_ins
     hub = root / "hf" / "hub" / "models--meta-llama--Llama-3.1-8B-Instruct" / "snapshots"
