@@ -45,6 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from gpunode.facts.owned import ABSENT_SUFFIX, STATE_DIR, original_path  # noqa: E402
+from gpunode.ops.files import COPY_SUFFIX, NEW_INFIX  # noqa: E402
 from lab.image import SUITE_ENV, cache_dir, ensure_host_tools, ensure_image  # noqa: E402
 from lab.vm import RUN_DIR_ENV, LabVM  # noqa: E402
 from tests.lab.node_snapshot import PATHS  # noqa: E402
@@ -54,7 +55,6 @@ SITE, UNDO = "deploy/site.py", "deploy/undo.py"
 GRUB_CFG = "/boot/grub/grub.cfg"
 ORIGINALS = original_path("").rstrip("/")
 BOOT_TIMEOUT_S = 900.0
-COPY_SUFFIX, NEW_INFIX = ".gpunode-copy", ".gpunode-new."  # gpunode.ops.files' temporaries
 
 
 def hashes(vm: LabVM, paths: list[str]) -> dict[str, str]:
@@ -94,7 +94,7 @@ def is_temporary(name: str) -> bool:
 
 def temporaries_left(vm: LabVM, paths: list[str]) -> list[str]:
     """Temporaries beside the watched files or among the originals."""
-    folders = sorted({p.rsplit("/", 1)[0] or "/" for p in paths} | {ORIGINALS})
+    folders = sorted({p.rsplit("/", 1)[0] or "/" for p in paths})
     find = " ".join(shlex.quote(f) for f in folders)
     rc, out, _ = vm.ssh(f"find {find} -maxdepth 1 \\( -name '*{COPY_SUFFIX}' -o "
                         f"-name '*{NEW_INFIX}*' \\) 2>/dev/null; "

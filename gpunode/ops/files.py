@@ -57,10 +57,14 @@ def joined_command(*commands: StringCommand) -> StringCommand:
     return StringCommand(" && ".join(f"{{ {c.get_raw_value()}; }}" for c in commands))
 
 
+NEW_INFIX = ".gpunode-new."  # a new file's temporary: DEST.gpunode-new.RUNID
+COPY_SUFFIX = ".gpunode-copy"  # a checked copy's temporary: DEST.gpunode-copy
+
+
 def temp_path(dest: str) -> str:
     """The temporary beside dest that this run uploads to before the rename: named with the
     run's id, so two runs never write the same temporary."""
-    return f"{dest}.gpunode-new.{run_id()}"
+    return f"{dest}{NEW_INFIX}{run_id()}"
 
 
 def durable_rename(q_temp: str, q_dest: str) -> str:
@@ -82,7 +86,7 @@ def verified_copy(q_src: str, q_dest: str) -> str:
     power loss is overwritten by the next one."""
     tmp, dest = '"$gpunode_copy"', '"$gpunode_target"'
     return (
-        f'gpunode_target={q_dest} && gpunode_copy="$gpunode_target.gpunode-copy" && '
+        f'gpunode_target={q_dest} && gpunode_copy="$gpunode_target{COPY_SUFFIX}" && '
         f"{{ {{ cp -p {q_src} {tmp} && "
         f'[ "$(stat -c %s {q_src})" = "$(stat -c %s {tmp})" ] && '
         f'[ "$(sha256sum < {q_src})" = "$(sha256sum < {tmp})" ] && '
@@ -180,7 +184,7 @@ def atomic_write_commands(text: str, dest: str, mode: str, after: str | None = N
     q_dest, q_temp = shlex.quote(dest), shlex.quote(temp)
     # A temporary an earlier run left when the power went (named after that run) goes first.
     steps = [StringCommand(f"mkdir -p {shlex.quote(str(Path(dest).parent))} && "
-                           f"rm -f -- {q_dest}.gpunode-new.*"),
+                           f"rm -f -- {q_dest}{NEW_INFIX}*"),
              keep_original_command(dest), backup_command(dest)]
     if after:
         steps.append(StringCommand(mark_pending(dest)))

@@ -15,6 +15,7 @@ import time
 import pytest
 
 from gpunode.facts.lock import lock_command
+from gpunode.ops.files import COPY_SUFFIX, NEW_INFIX
 from tests.lab.guest import sh
 from tests.lab.pyinfra_cli import run_pyinfra
 
@@ -47,8 +48,8 @@ def test_grub_rewrite_keeps_every_word_and_the_original_is_checked(lab_vm):
     assert words[:3] == ["quiet", 'foo="a', 'b"'] and "gpunode_trust_test=1" in words
     assert "# the user's own comment" in sh(lab_vm, f"grep ^GRUB_CMDLINE_LINUX_DEFAULT= {GRUB}")
     assert sh(lab_vm, f"sha256sum < {ORIGINAL}") == before, "the original is the file as found"
-    leftovers = sh(lab_vm, "find /etc /var/lib/gpunode -name '*.gpunode-copy.*' "
-                           "-o -name '*.gpunode-new*' | head")
+    leftovers = sh(lab_vm, f"find /etc /var/lib/gpunode -name '*{COPY_SUFFIX}' "
+                           f"-o -name '*{NEW_INFIX}*' | head")
     assert leftovers == ""
 
 

@@ -21,7 +21,7 @@ from gpunode.decode.gpus import lookup_gpu
 from gpunode.decode.shape import DecodeInputError, dtype_bytes_from_config, shape_from_config
 from gpunode.decode.step import DecodeInputs, decode_json, decode_step, step_bar, what_if
 from gpunode.facts.engine_metrics import EngineNumbers
-from gpunode.facts.engine_read import CONFIG_BYTES, EngineProcess
+from gpunode.facts.engine_read import CONFIG_BYTES, SPLIT_GGUF_NOTE, EngineProcess
 from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.snapshot import NodeSnapshot
 
@@ -83,7 +83,7 @@ def weights_source(p: EngineProcess) -> str:
     """Where the weights' size came from, or why it was not read (a split GGUF's note)."""
     if p.weight_bytes is not None:
         return f"{p.weight_files} weight files in {p.model_dir}"
-    split = [n for n in p.notes if n.startswith("split GGUF")]
+    split = [n for n in p.notes if n.startswith(SPLIT_GGUF_NOTE)]
     why = split[0] if split else "no *.safetensors, *.bin or *.gguf file found by the model's path"
     return f"{why}: the size is counted from config.json"
 
