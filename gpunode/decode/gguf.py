@@ -1,4 +1,4 @@
-"""A GGUF file's header, read from its first bytes (pure; the node reads ~2 MiB).
+"""A GGUF file's header, read from its first bytes (pure; the node reads HEAD_BYTES).
 
 The format (https://github.com/ggml-org/ggml/blob/master/docs/gguf.md): magic "GGUF", a uint32
 version (2 and 3: uint64 counts; 1: uint32 counts), the tensor count, the key-value count, then
@@ -23,6 +23,10 @@ TYPE_NAMES = {0: "uint8", 1: "int8", 2: "uint16", 3: "int16", 4: "uint32", 5: "i
               6: "float32", 7: "bool", 8: "string", 9: "array", 10: "uint64", 11: "int64",
               12: "float64"}
 MAX_TENSORS = 100_000
+HEAD_BYTES = 262144
+"""What the audit's node read takes of a .gguf file: llama.cpp's converter writes general.* and
+the {arch}.* hyperparameters first, then the tokenizer's arrays, whose lengths come before
+their elements (tests/unit/decode/test_gguf_real.py cuts a real file there)."""
 
 
 class GgufHeader(BaseModel):
@@ -146,9 +150,16 @@ def _key(header: GgufHeader, name: str, default: int | None = None) -> int:
 
 
 def shape_from_gguf(header: GgufHeader) -> ModelShape:
-    """The model's shape from the llama.cpp keys ({arch}.block_count, ...); the vocabulary is
-    the length of tokenizer.ggml.tokens; tied when the tensors are read and hold no
-    output.weight."""
+    """The model's shape from the llama.cpp keys (see config_from_gguf)."""
+    return shape_from_config(config_from_gguf(header))
+
+
+def config_from_gguf(header: GgufHeader) -> dict[str, object]:
+    """The header's llama.cpp keys ({arch}.block_count, ...) as a config.json's keys
+    (gpunode.decode.shape reads them); the vocabulary is the length of tokenizer.ggml.tokens;
+    tied when the tensors are read and hold no output.weight (a header cut before its tensor
+    infos counts the LM head apart: an upper bound by vocab x hidden weights). Raises
+    DecodeInputError naming the first key that is missing."""
     if not header.architecture:
         raise DecodeInputError("gguf general.architecture", "not in the header",
                                "give the model's config.json instead (--config FILE)")
@@ -183,4 +194,4 @@ def shape_from_gguf(header: GgufHeader) -> ModelShape:
         config.update(kv_lora_rank=kv_lora, q_lora_rank=q_lora, qk_rope_head_dim=rope,
                       qk_nope_head_dim=_key(header, "attention.key_length", 0) - rope,
                       v_head_dim=_key(header, "attention.value_length", 0))
-    return shape_from_config(config)
+    return config

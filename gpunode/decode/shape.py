@@ -20,6 +20,7 @@ class DecodeInputError(ValueError):
     def __init__(self, field: str, problem: str, fix: str) -> None:
         super().__init__(f"{field}: {problem}; {fix}")
         self.field = field
+        self.problem = problem
         self.fix = fix
 
 

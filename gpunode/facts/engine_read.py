@@ -19,16 +19,7 @@ for each (at most MAX_PROCESSES) it prints, line by line:
   prefixes (its program's `.../bin/..`, /usr/local, /usr) through /proc/PID/root;
 - `compat PATH`: CUDA forward-compatibility libraries (/usr/local/cuda*/compat/libcuda.so.V)
   in its filesystem;
-- the model (for the decode model, issue 40): its `--model`/`--model-path`/`--model-id`/`-m`
-  argument or `vllm serve MODEL`, a directory or file through /proc/PID/root (a relative one
-  through /proc/PID/cwd), or a hub id ORG/NAME in the process's Hugging Face cache (its
-  HF_HUB_CACHE, else HF_HOME/hub, else HOME/.cache/huggingface/hub;
-  models--ORG--NAME/snapshots/<newest>/): `model-dir PATH` (inside the process's root),
-  `modelconfig B64` (its config.json, at most CONFIG_BYTES), `weights SIZE NAME` (the size of
-  each *.safetensors/*.bin/*.gguf shard, by stat: contents are not read; a model given as one
-  shard of a split GGUF, NAME-00001-of-00003.gguf, counts its sibling shards), `hfconfig B64`
-  (config.json of vLLM's --hf-config-path, which wins); `model-refused` (a path with `..`),
-  `model-missing ARG` (nothing found for it).
+- the model (for the decode model, issue 40): gpunode.facts.engine_model's lines.
 
 Nothing runs inside a container (no pct exec, no docker exec, no nsenter); nothing is
 written. A process that exits while it is read leaves a partial record: the parser keeps
@@ -37,9 +28,6 @@ what it has and says what is missing.
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import re
 import shlex
 from typing import Any
@@ -47,11 +35,16 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pyinfra.api import FactBase
 
+from gpunode.facts.engine_model import (
+    CONFIG_BYTES,
+    b64,
+    model_read_command,
+    parse_model,
+)
 from gpunode.facts.engines import ENGINE_ARG_PATTERN, EngineSettings, engine_of, parse_settings
 
 MAX_PROCESSES = 64
 ARG_BYTES = 65536
-CONFIG_BYTES = 262144
 RECORD = "@@engine:pid "
 
 
@@ -88,7 +81,10 @@ class EngineProcess(BaseModel):
     model_dir: str | None = None
     """Where the model's files were found, as a path inside the process's root."""
     hf_config: dict[str, Any] | None = None
-    """Its config.json (vLLM --hf-config-path's when given); None: not read (see notes)."""
+    """Its config.json (vLLM --hf-config-path's when given; for a .gguf model file, its header's
+    keys as config.json's: gpunode.decode.gguf.config_from_gguf); None: not read (see notes)."""
+    model_config_from: str | None = None
+    """Where hf_config was read: 'config.json in DIR', 'GGUF header of FILE'."""
     weight_bytes: int | None = None
     """Total bytes of its weight files (*.safetensors, *.bin, *.gguf); None: none found."""
     weight_files: int = 0
@@ -119,13 +115,6 @@ class EngineReadState(BaseModel):
 
     processes: list[EngineProcess] = Field(default_factory=list)
     notes: list[str] = Field(default_factory=list)
-
-
-def _b64(text: str) -> bytes | None:
-    try:
-        return base64.b64decode(text.strip(), validate=True)
-    except (binascii.Error, ValueError):
-        return None
 
 
 def split_nul(data: bytes) -> list[str]:
@@ -203,7 +192,7 @@ class _Record:
 
 
 def _argv(record: _Record) -> list[str] | None:
-    raw = _b64(record.fields.get("cmdline", ""))
+    raw = b64(record.fields.get("cmdline", ""))
     if raw is None or not raw:
         return None
     if len(raw) > ARG_BYTES:
@@ -218,7 +207,7 @@ def _env(record: _Record) -> dict[str, str] | None:
         record.notes.append("environment not readable (another user, or /proc mounted with "
                             "hidepid): its variables are not checked")
         return None
-    raw = _b64(record.fields["environ"]) or b""
+    raw = b64(record.fields["environ"]) or b""
     if len(raw) > ARG_BYTES:
         record.notes.append(f"environment longer than {ARG_BYTES} bytes: read its first part")
         raw = raw[:ARG_BYTES]
@@ -231,67 +220,12 @@ def _config_text(record: _Record) -> str | None:
     elif "config-unreadable" in record.fields:
         record.notes.append("--config file not readable through /proc/PID/root")
     elif "config" in record.fields:
-        raw = _b64(record.fields["config"]) or b""
+        raw = b64(record.fields["config"]) or b""
         if len(raw) > CONFIG_BYTES:
             record.notes.append(f"--config file longer than {CONFIG_BYTES} bytes: not read")
             return None
         return raw.decode("utf-8", "replace")
     return None
-
-
-def _model_json(record: _Record, key: str, what: str) -> dict[str, Any] | None:
-    if key not in record.fields:
-        return None
-    raw = _b64(record.fields[key]) or b""
-    if len(raw) > CONFIG_BYTES:
-        record.notes.append(f"{what} longer than {CONFIG_BYTES} bytes: not read")
-        return None
-    try:
-        data = json.loads(raw.decode("utf-8", "replace"))
-    except ValueError:
-        record.notes.append(f"{what} is not valid JSON: not read")
-        return None
-    if not isinstance(data, dict):
-        record.notes.append(f"{what} is a JSON {type(data).__name__}, not an object")
-        return None
-    return data
-
-
-def _model(record: _Record) -> dict[str, Any]:
-    """model_dir, hf_config, weight_bytes, weight_files of a record (notes for the rest)."""
-    if "model-refused" in record.fields:
-        record.notes.append("the model path has '..': not read")
-    if "model-missing" in record.fields:
-        record.notes.append(f"model {record.fields['model-missing'].strip()!r}: no directory "
-                            "or file through /proc/PID/root, nor in its Hugging Face cache")
-    model_dir = record.fields.get("model-dir", "").strip() or None
-    config = _model_json(record, "hfconfig", "--hf-config-path config.json")
-    if config is None:
-        config = _model_json(record, "modelconfig", "the model's config.json")
-    if config is None and model_dir and "hfconfig" not in record.fields:
-        record.notes.append(f"no config.json readable in {model_dir}")
-    sizes = [int(f[0]) for f in (w.split(" ", 1) for w in record.weights)
-             if f and f[0].isdigit()]
-    missing = _missing_shards(model_dir, [w.split(" ", 1)[-1] for w in record.weights])
-    if missing:
-        record.notes.append(missing)
-        sizes = []
-    return {"model_dir": model_dir, "hf_config": config,
-            "weight_bytes": sum(sizes) if sizes else None, "weight_files": len(sizes)}
-
-
-def _missing_shards(model: str | None, names: list[str]) -> str | None:
-    """A split GGUF given by one shard's path whose other shards are not all there: the note
-    (the weights' total is then not given: a part of the model is no figure for it)."""
-    shard = _SPLIT_GGUF.fullmatch(model.rsplit("/", 1)[-1]) if model else None
-    if shard is None:
-        return None
-    total = int(shard.group(2))
-    found = {m.group(1) for m in map(_SPLIT_GGUF.fullmatch, names) if m}
-    if len(found) == total:
-        return None
-    return (f"{SPLIT_GGUF_NOTE} {model}: {len(found)} of its {total} shards found beside it (put "
-            "every shard in its folder)")
 
 
 def _int(text: str | None) -> int | None:
@@ -319,7 +253,7 @@ def engine_process(record: _Record) -> EngineProcess | None:
     settings = parse_settings(argv, env, _config_text(record)) or EngineSettings()
     limits = record.fields.get("limits", "").replace("Max locked memory", "").split()
     vmid, lxc_name, docker = container_of("\n".join(record.cgroup))
-    version, cuda = _torch((_b64(record.fields.get("torch", "")) or b"").decode(
+    version, cuda = _torch((b64(record.fields.get("torch", "")) or b"").decode(
         "utf-8", "replace"))
     if not record.status:
         record.notes.append("the process exited while it was read: partial record")
@@ -332,7 +266,7 @@ def engine_process(record: _Record) -> EngineProcess | None:
         vmid=vmid, lxc_name=lxc_name, docker=docker,
         shm_kib=_shm_kib(record.fields.get("shm")), torch_version=version, torch_cuda=cuda,
         cuda_compat=record.compat[:8],
-        settings=settings, **_model(record), notes=[*record.notes, *settings.problems],
+        settings=settings, **parse_model(record), notes=[*record.notes, *settings.problems],
     )
 
 
@@ -363,7 +297,7 @@ def parse_engine_read(lines: list[str]) -> EngineReadState:
             records[-1].add(line)
     processes = []
     for record in records:
-        if not (_b64(record.fields.get("cmdline", "")) or b""):
+        if not (b64(record.fields.get("cmdline", "")) or b""):
             notes.append(f"pid {record.pid} exited while it was read")
             continue
         process = engine_process(record)
@@ -375,58 +309,6 @@ def parse_engine_read(lines: list[str]) -> EngineReadState:
 _STATUS_KEYS = "^(PPid|Uid|Cpus_allowed_list|Mems_allowed_list):"
 _CONFIG_ARG = "/^--config=/{s/^--config=//p;q}; /^--config$/{n;p;q}"
 _PREFIXES = r"s#^\(/.*\)/bin/[^/]*$#\1#p"
-_MODEL_ARG = (r"/^serve$/{n;/^-/!{p;q};}; "  # `vllm serve MODEL`; `serve --model M` falls on
-              r"/^--(model|model-path|model-id)=/{s/^[^=]*=//p;q}; "
-              r"/^(--model|--model-path|--model-id)$/{n;/^-/q;p;q}; "
-              r"/^-m$/{n;/^-/q;/^(vllm|sglang)\./b;p;q}")
-_HF_CONFIG_ARG = r"/^--hf-config-path=/{s/^[^=]*=//p;q}; /^--hf-config-path$/{n;p;q}"
-_HUB_ID = "[A-Za-z0-9_.-]*/[A-Za-z0-9_.-]*"
-_WEIGHTS = ("*.safetensors", "*.bin", "*.gguf")
-_SHARD = "[0-9]" * 5  # llama.cpp's gguf-split names: NAME-00001-of-00003.gguf
-SPLIT_GGUF_NOTE = "split GGUF"  # the note's first words (the audit's report looks for it)
-_SPLIT_GGUF = re.compile(r".*-([0-9]{5})-of-([0-9]{5})\.gguf")
-
-
-def _model_read() -> str:
-    """Shell: the model's directory, config.json and weight sizes (see the module docstring);
-    $p is the pid."""
-    q = shlex.quote
-    globs = " ".join(f'"$d"/{g}' for g in _WEIGHTS)
-    env = "tr '\\0' '\\n' </proc/$p/environ 2>/dev/null | sed -n"
-    return (
-        f"a=$(tr '\\0' '\\n' </proc/$p/cmdline | sed -nE {q(_MODEL_ARG)}); d=; "
-        'r="/proc/$p/root"; '
-        'case "$a" in "") ;; *..*) echo model-refused; a= ;; /*) d="$r$a" ;; '
-        f'*) if [ -e "/proc/$p/cwd/$a" ]; then d="/proc/$p/cwd/$a"; '
-        f'elif case "$a" in */*/*) false ;; {_HUB_ID}) true ;; *) false ;; esac; then '
-        f"h=$({env} 's/^HF_HUB_CACHE=//p' | head -n 1); "
-        f'if [ -z "$h" ]; then h=$({env} \'s/^HF_HOME=//p\' | head -n 1); '
-        '[ -n "$h" ] && h="$h/hub"; fi; '
-        f'if [ -z "$h" ]; then h=$({env} \'s/^HOME=//p\' | head -n 1); '
-        '[ -n "$h" ] && h="$h/.cache/huggingface/hub"; fi; '
-        'case "$h" in /*) s=$(ls -td "$r$h/models--${a%%/*}--${a#*/}/snapshots"/*/ '
-        "2>/dev/null | head -n 1); "
-        '[ -n "$s" ] && d="${s%/}" ;; esac; fi ;; esac; '
-        'if [ -n "$a" ] && [ -z "$d" ]; then echo "model-missing $a"; '
-        'elif [ -n "$d" ] && [ ! -e "$d" ]; then echo "model-missing $a"; '
-        'elif [ -f "$d" ]; then echo "model-dir ${d#$r}"; '
-        f'case "${{d##*/}}" in *-{_SHARD}-of-{_SHARD}.gguf) '  # a split GGUF: every shard
-        f'for w in "${{d%-{_SHARD}-of-*}}"-{_SHARD}-of-"${{d##*-of-}}"; do '
-        '[ -f "$w" ] && echo "weights $(stat -L -c %s "$w") ${w##*/}"; done | head -n 4096 ;; '
-        '*) echo "weights $(stat -L -c %s "$d") ${d##*/}" ;; esac; '
-        'elif [ -d "$d" ]; then echo "model-dir ${d#$r}"; '
-        '[ -r "$d/config.json" ] && '
-        f'echo "modelconfig $(head -c {CONFIG_BYTES + 1} "$d/config.json" | base64 -w0)"; '
-        f'for w in {globs}; do [ -f "$w" ] && echo "weights $(stat -L -c %s "$w") ${{w##*/}}"; '
-        "done | head -n 4096; fi; "
-        f"c=$(tr '\\0' '\\n' </proc/$p/cmdline | sed -n {q(_HF_CONFIG_ARG)}); "
-        'case "$c" in "") ;; *..*) echo model-refused ;; *) '
-        'case "$c" in /*) c="$r$c" ;; *) c="/proc/$p/cwd/$c" ;; esac; '
-        '[ -d "$c" ] && c="$c/config.json"; '
-        f'[ -r "$c" ] && echo "hfconfig $(head -c {CONFIG_BYTES + 1} "$c" | base64 -w0)" ;; esac'
-    )
-
-
 def engine_read_command() -> str:
     """The shell of the read (see the module docstring)."""
     q = shlex.quote
@@ -453,7 +335,7 @@ def engine_read_command() -> str:
         "break 2; fi; done; done; "
         "for c in /proc/$p/root/usr/local/cuda*/compat/libcuda.so.*.*; do "
         '[ -e "$c" ] && echo "compat ${c#/proc/$p/root}"; done; '
-        f"{_model_read()}"
+        f"{model_read_command()}"
     )
     return (
         f"n=0; for m in $(grep -lzaE {q(ENGINE_ARG_PATTERN)} /proc/[0-9]*/cmdline); do "

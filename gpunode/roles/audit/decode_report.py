@@ -21,7 +21,8 @@ from gpunode.decode.gpus import lookup_gpu
 from gpunode.decode.shape import DecodeInputError, dtype_bytes_from_config, shape_from_config
 from gpunode.decode.step import DecodeInputs, decode_json, decode_step, step_bar, what_if
 from gpunode.facts.engine_metrics import EngineNumbers
-from gpunode.facts.engine_read import CONFIG_BYTES, SPLIT_GGUF_NOTE, EngineProcess
+from gpunode.facts.engine_model import CONFIG_BYTES, SPLIT_GGUF_NOTE
+from gpunode.facts.engine_read import EngineProcess
 from gpunode.profile.node import NodeProfile
 from gpunode.roles.audit.snapshot import NodeSnapshot
 
@@ -82,7 +83,8 @@ def profile_config(snap: NodeSnapshot, profile: NodeProfile | None
 def weights_source(p: EngineProcess) -> str:
     """Where the weights' size came from, or why it was not read (a split GGUF's note)."""
     if p.weight_bytes is not None:
-        return f"{p.weight_files} weight files in {p.model_dir}"
+        plural = "s" if p.weight_files != 1 else ""
+        return f"{p.weight_files} weight file{plural} in {p.model_dir}"
     split = [n for n in p.notes if n.startswith(SPLIT_GGUF_NOTE)]
     why = split[0] if split else "no *.safetensors, *.bin or *.gguf file found by the model's path"
     return f"{why}: the size is counted from config.json"
@@ -116,7 +118,7 @@ def decode_inputs(snap: NodeSnapshot, p: EngineProcess,
                               "--context-length or -c on the command line)")
     config = p.hf_config
     if config is not None:
-        sources["model_config"] = f"config.json in {p.model_dir or s.hf_config_path}"
+        sources["model_config"] = p.model_config_from or "the engine's model"
     else:
         config, why = profile_config(snap, profile)
         if config is not None:

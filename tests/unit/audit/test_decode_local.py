@@ -210,6 +210,37 @@ def test_profile_keys_fill_the_config_and_the_bandwidth(node):
     assert inputs["kv_dtype_bytes"][1].startswith("engine default (--kv-cache-dtype auto)")
 
 
+GGUF_BYTES = 7_160_000_000
+"""TheBloke/Llama-2-7B-GGUF's llama-2-7b.Q8_0.gguf: 7.16 GB on its model card
+(tests/data/SOURCES.md)."""
+
+
+def test_a_gguf_model_is_read_from_its_header(node):
+    """vLLM --model FILE.gguf, no config.json: the shape comes from the file's header on the
+    node (its first bytes: llama.cpp's real Llama-2 GGUF, grown sparse to the Q8_0 file's size).
+    Llama-2-7B: 6,738,415,616 weights, a step reads all but the 32,000 x 4,096 embedding table:
+    6,607,343,616; 7.16e9 x 6,607,343,616 / 6,738,415,616 = 7,020,727,272 bytes / 1,555e9 =
+    4.5149 ms; KV 32 x 2 x 32 x 128 x 2 = 524,288 bytes a token x 4,096 / 1,555e9 = 1.3810 ms
+    -> 169.61 tokens/s."""
+    root, start = node
+    model = root / "models" / "llama-2-7b.Q8_0.gguf"
+    model.parent.mkdir()
+    shutil.copy(DATA / "decode" / "ggml-vocab-llama-spm.gguf", model)
+    with open(model, "r+b") as f:
+        f.truncate(GGUF_BYTES)
+    pid = start("nvidia_smi_q_x_a100_sxm4_40gb_mig_510.xml", model, "--max-model-len", "4096")
+    got = audit_decode(root, pid)
+    assert got["missing"] == [], got["missing"]
+    read = GGUF_BYTES * 6_607_343_616 / 6_738_415_616
+    assert got["terms_ms"]["weights"] == pytest.approx(read / 1555e9 * 1e3)
+    assert got["terms_ms"]["weights"] == pytest.approx(4.5149, abs=1e-4)
+    assert got["terms_ms"]["kv"] == pytest.approx(4096 * 524_288 / 1555e9 * 1e3)
+    assert got["ceiling_tokens_per_s"] == pytest.approx(169.61, abs=0.01)
+    inputs = {k: (v["value"], v["source"]) for k, v in got["inputs"].items()}
+    assert inputs["total_params"] == (6_738_415_616, f"counted from GGUF header of {model}")
+    assert inputs["weights_bytes"] == (GGUF_BYTES, f"1 weight file in {model}")
+
+
 @pytest.mark.parametrize(("key", "value", "said"), [
     ("decode_model_config", "/srv/models/../etc/config.json", "has a '..' part"),
     ("decode_model_config", "models/config.json", "is not an absolute path of a .json file"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from gpunode.decode.gguf import parse_gguf_header, shape_from_gguf
+from gpunode.decode.gguf import HEAD_BYTES, config_from_gguf, parse_gguf_header, shape_from_gguf
 
 FILE = Path(__file__).resolve().parents[2] / "data" / "decode" / "ggml-vocab-llama-spm.gguf"
 
@@ -35,3 +35,13 @@ def test_a_cut_inside_the_token_array_keeps_its_length():
     assert header.kv["llama.block_count"] == 32
     assert header.kv["tokenizer.ggml.tokens"] == {"array": "string", "length": 32000}
     assert shape_from_gguf(header).total_params() == 6_738_415_616
+
+
+def test_the_nodes_read_of_the_first_head_bytes_gives_the_config():
+    # what the audit's node read takes of a .gguf (gpunode.facts.engine_read's ggufhead)
+    header = parse_gguf_header(FILE.read_bytes()[:HEAD_BYTES])
+    config = config_from_gguf(header)
+    assert config["architectures"] == ["llama"]
+    assert (config["num_hidden_layers"], config["vocab_size"], config["intermediate_size"]) == (
+        32, 32000, 11008)
+    assert config["tie_word_embeddings"] is False  # no tensor infos read: the head counted apart

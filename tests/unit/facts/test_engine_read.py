@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -233,6 +234,41 @@ def test_a_split_gguf_counts_every_shard_or_says_which_are_missing(stand_ins):
     p = read({whole.pid})[0][whole.pid]
     assert p.weight_bytes is None  # a part of the model is no figure for it
     assert f"split GGUF {first}: 2 of its 3 shards found beside it" in " ".join(p.notes)
+
+
+GGUF = Path(__file__).resolve().parents[2] / "data" / "decode" / "ggml-vocab-llama-spm.gguf"
+"""A real llama.cpp GGUF file (Llama-2-7B's hyperparameters; tests/data/SOURCES.md)."""
+
+
+def test_a_gguf_models_header_is_its_config(stand_ins):
+    # vLLM --model FILE.gguf: no config.json beside it; the header's first bytes give the shape
+    # (llama.cpp's keys as config.json's), a split GGUF's first shard holding them
+    root, start = stand_ins
+    model = root / "gguf"
+    model.mkdir()
+    single = model / "llama-2-7b.Q8_0.gguf"
+    shutil.copy(GGUF, single)
+    first = model / "llama-2-7b-00001-of-00002.gguf"
+    shutil.copy(GGUF, first)
+    with open(model / "llama-2-7b-00002-of-00002.gguf", "wb") as f:
+        f.truncate(6_000_000_000)
+    bad = model / "broken.gguf"
+    bad.write_bytes(GGUF.read_bytes()[:4] + b"\x03\0\0\0" + bytes(16))
+    procs = [start("-m", "vllm.entrypoints.openai.api_server", "--model", str(path))
+             for path in (single, first, bad)]
+    wait_started(*procs)
+    found, _ = read({proc.pid for proc in procs})
+    one, split, broken = (found[proc.pid] for proc in procs)
+    for p, path in ((one, single), (split, first)):
+        assert p.hf_config is not None, p.notes
+        assert p.model_config_from == f"GGUF header of {path}"
+        assert p.hf_config["architectures"] == ["llama"]
+        assert (p.hf_config["num_hidden_layers"], p.hf_config["hidden_size"],
+                p.hf_config["vocab_size"]) == (32, 4096, 32000)
+    assert (split.weight_bytes, split.weight_files) == (GGUF.stat().st_size + 6_000_000_000, 2)
+    assert broken.hf_config is None and broken.model_config_from is None
+    assert (f"the model's GGUF header ({bad}): gguf general.architecture: not in the header"
+            in broken.notes), broken.notes
 
 
 def test_hub_id_in_the_processs_hf_cache_and_hf_config_path(stand_ins):
