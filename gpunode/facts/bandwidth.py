@@ -56,6 +56,8 @@ class NcclPerf(FactModel):
     peak_size: int | None = None
     wrong: int = 0
     """Sum of the #wrong columns: a result that is not correct is not a bandwidth."""
+    times_us: dict[int, float] = Field(default_factory=dict)
+    """Message bytes -> one operation's time, us (the lower of out-of-place and in-place)."""
 
 
 def _matrix_key(match: re.Match) -> str:
@@ -117,6 +119,7 @@ def parse_nccl_perf(text: str) -> NcclPerf:
     avg = peak = None
     peak_size = None
     rows = 0
+    times: dict[int, float] = {}
     for line in (text or "").splitlines():
         stripped = line.strip()
         ngpus = _NGPUS_RE.search(stripped)
@@ -133,6 +136,7 @@ def parse_nccl_perf(text: str) -> NcclPerf:
             continue
         try:
             busbw = max(float(tokens[-6]), float(tokens[-2]))
+            times[int(tokens[0])] = min(float(tokens[-8]), float(tokens[-4]))
             wrong += _int(tokens[-5]) + _int(tokens[-1])
         except ValueError:
             continue
@@ -142,7 +146,7 @@ def parse_nccl_perf(text: str) -> NcclPerf:
     if not rows:
         return NcclPerf()
     return NcclPerf(present=True, gpus=max(gpus, ranks), avg_busbw=avg, peak_busbw=peak,
-                    peak_size=peak_size, wrong=wrong)
+                    peak_size=peak_size, wrong=wrong, times_us=times)
 
 
 def _int(token: str) -> int:
@@ -173,6 +177,7 @@ def bandwidth_command(timeout_s: int) -> str:
     """Run the bandwidth tools present, each bounded by `timeout -k 5 timeout_s`."""
     t = int(timeout_s)
     nccl = "-b 32M -e 512M -f 2 -g \"$n\""
+    small = "-b 1K -e 512M -f 2 -g \"$n\""  # from 1 KiB: a batch-1 activation's size too
     return "; ".join([
         _FIND,
         "n=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')",
@@ -180,7 +185,7 @@ def bandwidth_command(timeout_s: int) -> str:
         section_command("p2p", "p=$(find_tool p2pBandwidthLatencyTest) && echo \"tool=$p\" && "
                         f"timeout -k 5 {t} \"$p\" 2>&1"),
         section_command("all_reduce", "p=$(find_tool all_reduce_perf) && echo \"tool=$p\" && "
-                        f"timeout -k 5 {t} \"$p\" {nccl} 2>&1"),
+                        f"timeout -k 5 {t} \"$p\" {small} 2>&1"),
         section_command("sendrecv", "p=$(find_tool sendrecv_perf) && echo \"tool=$p\" && "
                         f"timeout -k 5 {t} \"$p\" {nccl} 2>&1"),
     ])

@@ -19,7 +19,14 @@ from pydantic import ValidationError
 from gpunode.decode.dtypes import engine_weight_bytes, kv_bytes
 from gpunode.decode.gpus import lookup_gpu
 from gpunode.decode.shape import DecodeInputError, dtype_bytes_from_config, shape_from_config
-from gpunode.decode.step import DecodeInputs, decode_json, decode_step, step_bar, what_if
+from gpunode.decode.step import (
+    NO_P2P_FACTOR,
+    DecodeInputs,
+    decode_json,
+    decode_step,
+    step_bar,
+    what_if,
+)
 from gpunode.facts.engine_metrics import EngineNumbers
 from gpunode.facts.engine_model import CONFIG_BYTES, SPLIT_GGUF_NOTE
 from gpunode.facts.engine_read import EngineProcess
@@ -51,6 +58,28 @@ def engine_link(snap: NodeSnapshot, gpus: int) -> tuple[str | None, bool | None]
     p2p_values = [topo.p2p_read[k] for k in pairs if k in topo.p2p_read]
     p2p = all(v == "OK" for v in p2p_values) if len(p2p_values) == len(pairs) else None
     return link, p2p
+
+
+ACTIVATION_BYTES = 2
+"""Bytes an activation element is all-reduced in: bf16/fp16, the engines' compute dtype (an fp8
+model's activations are all-reduced in bf16 too)."""
+
+
+def measured_allreduce(snap: NodeSnapshot, tp: int, hidden: int) -> tuple[float, str] | None:
+    """(us, source) of one all-reduce of a batch-1 activation (hidden x 2 bytes), where the
+    audit's active mode ran nccl-tests all_reduce_perf over as many GPUs as the engine's TP:
+    the time at the smallest size measured that holds the message. None: not measured so (a
+    run over another GPU count is another all-reduce; wrong results are no time)."""
+    perf = snap.bandwidth.all_reduce if snap.bandwidth is not None else None
+    if perf is None or perf.gpus != tp or perf.wrong:
+        return None
+    message = hidden * ACTIVATION_BYTES
+    size = min((n for n in perf.times_us if n >= message), default=None)
+    if size is None:
+        return None
+    return perf.times_us[size], (
+        f"measured: nccl-tests all_reduce_perf at {size} bytes on {perf.gpus} GPUs (the audit's "
+        f"active mode; the message: hidden {hidden} x {ACTIVATION_BYTES} bytes = {message})")
 
 
 MODEL_KEY = "decode_model_config"
@@ -192,6 +221,9 @@ def decode_part(snap: NodeSnapshot, p: EngineProcess, numbers: EngineNumbers | N
         per_param, weights_bytes = held, None
         sources["weights_bytes"] = "not used: the engine holds the weights in another width"
         missing.pop("weights_bytes", None)
+    allreduce = measured_allreduce(snap, raw["tp"], shape.hidden) if shape else None
+    if allreduce is not None:
+        sources["allreduce_us"] = allreduce[1]
     gpu = lookup_gpu(raw["gpu_name"]) if raw["gpu_name"] else None
     bandwidth = profile.decode_gpu_bandwidth_gb_s if profile is not None else None
     if bandwidth is not None:
@@ -206,7 +238,8 @@ def decode_part(snap: NodeSnapshot, p: EngineProcess, numbers: EngineNumbers | N
             shape=shape, weights_bytes=weights_bytes, weight_bytes_per_param=per_param,
             gpu=gpu, bandwidth_gb_s=bandwidth, gpu_count=raw["gpu_count"], tp=raw["tp"],
             pp=raw["pp"], context=raw["context"], kv_dtype_bytes=kv, eager=raw["eager"],
-            link=raw["link"], p2p=raw["p2p"], sources=sources, missing=missing)
+            link=raw["link"], p2p=raw["p2p"], allreduce_us=allreduce[0] if allreduce else None,
+            sources=sources, missing=missing)
     except ValidationError as exc:  # e.g. -tp 0 on the command line: no figure, no crash
         error = exc.errors()[0]
         field = ".".join(str(x) for x in error["loc"])
@@ -215,19 +248,26 @@ def decode_part(snap: NodeSnapshot, p: EngineProcess, numbers: EngineNumbers | N
     result = decode_step(inputs)
     measured, window = measured_tokens_per_s(numbers)
     out = decode_json(result, measured, window)
-    fixes: list[dict[str, Any]] = []
+    out["fixes"] = ranked_fixes(inputs, result.ceiling_tokens_per_s)
+    out["bar"] = step_bar(result)
+    return out
+
+
+def ranked_fixes(inputs: DecodeInputs, now: float | None) -> list[dict[str, Any]]:
+    """What the audit's findings would give if fixed (the ceiling recomputed), largest gain
+    first; a "fix" that would not raise the ceiling is none."""
     changes: list[tuple[str, dict[str, Any]]] = []
     if inputs.eager:
         changes.append(("CUDA graphs on (drop --enforce-eager / --disable-cuda-graph)",
                         {"eager": False}))
-    if inputs.p2p is False:
+    if inputs.p2p is False:  # a time measured without P2P: the model's factor off it
+        halved = ({} if inputs.allreduce_us is None else
+                  {"allreduce_us": inputs.allreduce_us / NO_P2P_FACTOR})
         changes.append(("P2P on between the engine's GPUs (see the audit's P2P findings)",
-                        {"p2p": True}))
+                        {"p2p": True, **halved}))
+    fixes: list[dict[str, Any]] = []
     for what, change in changes:
         fixed = what_if(inputs, **change).ceiling_tokens_per_s
-        if fixed is not None and result.ceiling_tokens_per_s:
-            fixes.append({"fix": what, "ceiling_tokens_per_s": fixed,
-                          "gain": fixed / result.ceiling_tokens_per_s - 1})
-    out["fixes"] = sorted(fixes, key=lambda f: -f["gain"])
-    out["bar"] = step_bar(result)
-    return out
+        if fixed is not None and now and fixed > now:
+            fixes.append({"fix": what, "ceiling_tokens_per_s": fixed, "gain": fixed / now - 1})
+    return sorted(fixes, key=lambda f: -f["gain"])

@@ -148,3 +148,47 @@ def test_a_value_the_model_refuses_is_missing_not_a_crash():
     got = decode_part(snap, p)
     assert got["ceiling_tokens_per_s"] is None
     assert any(m["input"] == "tp" for m in got["missing"]), got["missing"]
+
+
+def eight_4090s_without_p2p(tp: int):
+    """The captured node as the 8 x RTX 4090 of the all_reduce_perf capture (P2P off: SYS, NS),
+    the audit's active mode having run it (tests/data/bandwidth, tests/data/SOURCES.md)."""
+    from pathlib import Path
+
+    from gpunode.facts.bandwidth import BandwidthResults, parse_nccl_perf
+    from gpunode.facts.gpu_topology import GpuTopology
+    capture = Path(__file__).resolve().parents[2] / "data" / "bandwidth"
+    perf = parse_nccl_perf((capture / "all_reduce_perf_8x4090_p2p_off.txt").read_text())
+    pairs = [f"{a}-{b}" for a in range(8) for b in range(a + 1, 8)]
+    topo = GpuTopology(links=dict.fromkeys(pairs, "SYS"), p2p_read=dict.fromkeys(pairs, "NS"))
+    p = process("vllm-gfx906-22-serve-tp4", model_dir="/m", hf_config=LLAMA_8B,
+                weight_bytes=16_060_522_496, weight_files=4)
+    p = p.model_copy(update={"settings": p.settings.model_copy(update={"tensor_parallel": tp})})
+    _, snap = node_with(p, topology=topo)
+    gpu = snap.nvidia.gpus[0].model_copy(update={"name": "NVIDIA GeForce RTX 4090"})
+    snap = snap.model_copy(update={
+        "nvidia": snap.nvidia.model_copy(update={"gpus": [gpu] * 8}),
+        "bandwidth": BandwidthResults(ran=["all_reduce_perf"], all_reduce=perf)})
+    return snap, p
+
+
+def test_a_measured_all_reduce_is_the_comm_term():
+    # Llama 3.1 8B at TP 8: a batch-1 activation is 4,096 x 2 = 8,192 bytes; the capture's
+    # 8 KiB row: 44.02 us out-of-place, 42.96 in-place -> 42.96 us; 2 all-reduces a layer x 32
+    from gpunode.roles.audit.decode_report import decode_part
+    snap, p = eight_4090s_without_p2p(8)
+    got = decode_part(snap, p)
+    inputs = got["inputs"]
+    assert inputs["allreduce_us"]["value"] == 42.96
+    assert inputs["allreduce_us"]["source"].startswith(
+        "measured: nccl-tests all_reduce_perf at 8192 bytes on 8 GPUs")
+    assert got["terms_ms"]["comm"] == pytest.approx(2 * 32 * 42.96 / 1e3)
+    fix = next(f for f in got["fixes"] if f["fix"].startswith("P2P on"))
+    assert fix["gain"] > 0  # as if fixed: the assumed time with P2P, not the measured without
+
+
+def test_an_all_reduce_measured_over_other_gpus_is_not_the_engines():
+    from gpunode.roles.audit.decode_report import decode_part
+    snap, p = eight_4090s_without_p2p(2)
+    got = decode_part(snap, p)
+    assert got["inputs"]["allreduce_us"]["source"].startswith("assumed: ")
