@@ -13,8 +13,9 @@ GPUNODE_LAB_REBOOT_TIMEOUT (seconds), GPUNODE_LAB_BOOTLOADER (grub or systemd-bo
 Proxmox path, /etc/kernel/cmdline + proxmox-boot-tool refresh), GPUNODE_LAB_KERNEL_PIN=none
 (no kernel pin), GPUNODE_LAB_NVIDIA_DRIVER=VERSION (the apt pin and hold of a stand-in NVIDIA
 package, tests/lab/test_nvidia_pin.py; with GPUNODE_LAB_NVIDIA_DRIVER_CHANGE=1 the upgrade,
-tests/lab/test_driver_upgrade.py), GPUNODE_LAB_ACS_REDIRECT=off (clear ACS redirect on
-the stand-ins' root ports: QEMU's pcie-root-port has a writable ACS capability) and
+tests/lab/test_driver_upgrade.py, GPUNODE_LAB_DRIVER_CONTAINERS="VMID ..." and
+GPUNODE_LAB_DRIVER_DRAIN its containers and drain), GPUNODE_LAB_ACS_REDIRECT=off (clear ACS
+redirect on the stand-ins' root ports: QEMU's pcie-root-port has a writable ACS capability) and
 GPUNODE_LAB_VERIFY_TIMER=1 (install gpunode-verify.timer) and GPUNODE_LAB_NVIDIA_OPTIONS=1
 (nvidia_module_options: the modprobe.d file, tests/lab/test_gpu_boot_lifecycle.py) through the
 environment.
@@ -50,6 +51,11 @@ def lab_profile_data(environ: dict[str, str] | None = None) -> dict[str, Any]:
         data["nvidia_driver"] = env["GPUNODE_LAB_NVIDIA_DRIVER"]
     if env.get("GPUNODE_LAB_NVIDIA_DRIVER_CHANGE") == "1":
         data["nvidia_driver_change"] = True
+    if env.get("GPUNODE_LAB_DRIVER_CONTAINERS"):
+        data["nvidia_driver_containers"] = [int(v) for v in
+                                            env["GPUNODE_LAB_DRIVER_CONTAINERS"].split()]
+    if env.get("GPUNODE_LAB_DRIVER_DRAIN"):
+        data["nvidia_driver_drain"] = env["GPUNODE_LAB_DRIVER_DRAIN"]
     if env.get("GPUNODE_LAB_ACS_REDIRECT"):
         data["pcie_acs_redirect"] = env["GPUNODE_LAB_ACS_REDIRECT"]
     if env.get("GPUNODE_LAB_VERIFY_TIMER") == "1":
