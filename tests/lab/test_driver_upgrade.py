@@ -18,7 +18,9 @@ back on A, container untouched on A, holds set); B refused while a host process 
 in the container hold the device (drain refuse), nothing changed; the host holder stopped, B
 with nvidia_driver_drain: stop-containers: the container stopped, A -> B on the host, the
 container started, switched, rebooted (read back, holds, the previous version recorded), a
-re-run changes nothing; B -> A on both (the container running: no drain). In each apply, the
+re-run changes nothing; C (550.144-1, whose libnvidia-ml1 postinst fails in a container only:
+it reads container=lxc in /proc/1/environ) switches the host, fails in the container, and both
+are back on B; B -> A on both (the container running: no drain). In each apply, the
 change lines equal the --dry's. Not covered: Proxmox's own pct (its CLI output is tested on
 captures), a real module reload, nvidia-smi.
 """
@@ -36,7 +38,7 @@ from tests.lab.pyinfra_cli import run_pyinfra
 pytestmark = pytest.mark.lab
 
 SITE = "deploy/site.py"
-A, B, BAD = "550.127.05", "550.135", "550.142"
+A, B, BAD, CT_BAD = "550.127.05", "550.135", "550.142", "550.144"
 REPO_DIR = "/srv/gpunode-lab-repo"
 LIST = "/etc/apt/sources.list.d/gpunode-lab-repo.list"
 PACKAGES = ("libnvidia-ml1", "nvidia-kernel-support")
@@ -50,9 +52,14 @@ mk() {{ d=$(mktemp -d); mkdir -p "$d/DEBIAN"
     echo "stand-in $2" > "$m/nvidia.ko"; fi
   if [ "$3" = fail ]; then printf '#!/bin/sh\necho "stand-in postinst fails" >&2\nexit 1\n' \
     > "$d/DEBIAN/postinst"; chmod 755 "$d/DEBIAN/postinst"; fi
+  if [ "$3" = fail-in-container ]; then printf '%s\n' '#!/bin/sh' \
+    "if tr '\\0' '\\n' </proc/1/environ | grep -qx container=lxc; then" \
+    '  echo "stand-in postinst fails in a container" >&2; exit 1; fi' > "$d/DEBIAN/postinst"
+    chmod 755 "$d/DEBIAN/postinst"; fi
   dpkg-deb --build "$d" "$1_$2_all.deb" >/dev/null; rm -rf "$d"; }}
 for v in {A} {B}; do mk libnvidia-ml1 "$v-1"; mk nvidia-kernel-support "$v-1"; done
 mk libnvidia-ml1 {BAD}-1 fail; mk nvidia-kernel-support {BAD}-1
+mk libnvidia-ml1 {CT_BAD}-1 fail-in-container; mk nvidia-kernel-support {CT_BAD}-1
 : > Packages
 for f in *.deb; do dpkg-deb -f "$f" Package Version Architecture Maintainer Description >> Packages
   printf 'Filename: ./%s\nSize: %s\nSHA256: %s\n\n' "$f" "$(stat -c %s "$f")" \
@@ -187,6 +194,16 @@ def test_upgrade_refused_failed_switched_and_back(lab_vm, stand_in_releases):
     assert sh(lab_vm, f"cat {RECORD_FILE}").split() == [A, B]
     again = run_pyinfra(SITE, "-y", env=env)
     assert again.returncode == 0 and again.changed() == [], again.changed()
+
+    # B -> C, whose libnvidia-ml1 postinst fails in a container only: the host switched first,
+    # then the container fails -> host and container both back on B, holds set, named.
+    _, ct_bad, _ = dry_then_apply(CT_BAD)
+    assert ct_bad.returncode != 0
+    assert f"failed at step 'container libraries' in container {CT}" in ct_bad.log, ct_bad.log
+    assert f"on {B} again" in ct_bad.log, ct_bad.log
+    assert versions(lab_vm) == {p: f"{B}-1 installed" for p in PACKAGES}
+    assert held(lab_vm) == set(PACKAGES)
+    assert versions(lab_vm, IN_CT) == ct_at[B] and held(lab_vm, IN_CT) == {"libnvidia-ml1"}
 
     # B -> A by setting the pin back: the same path, the container switched while it runs.
     _, back, _ = dry_then_apply(A)
