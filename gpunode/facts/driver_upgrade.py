@@ -93,12 +93,12 @@ def holder_from_line(line: str) -> GpuHolder | None:
 
 
 HOLDERS = (
-    "echo '@@ holders'; for _du_f in /proc/[0-9]*/fd/*; do "
-    "_du_l=$(readlink \"$_du_f\" 2>/dev/null) || continue; case $_du_l in /dev/nvidia*) "
-    "_du_p=${_du_f#/proc/}; _du_p=${_du_p%%/*}; printf '%s\\t%s\\t%s\\n' \"$_du_p\" "
-    "\"$(cat /proc/$_du_p/comm 2>/dev/null)\" \"$(head -n1 /proc/$_du_p/cgroup 2>/dev/null)\";; "
-    "esac; done | sort -u")
-"""PID, command and first cgroup line of each process with a /dev/nvidia* file open."""
+    "echo '@@ holders'; for _du_p in $(find /proc/[0-9]*/fd -maxdepth 1 -lname '/dev/nvidia*' "
+    "2>/dev/null | sed -n 's#^/proc/\\([0-9]*\\)/fd/.*#\\1#p' | sort -u); do "
+    "printf '%s\\t%s\\t%s\\n' \"$_du_p\" \"$(cat /proc/$_du_p/comm 2>/dev/null)\" "
+    "\"$(head -n1 /proc/$_du_p/cgroup 2>/dev/null)\"; done")
+"""PID, command and first cgroup line of each process with a /dev/nvidia* file open: one `find`
+over every /proc/PID/fd (a readlink a descriptor took 13 s on the lab guest, 0.2 s so)."""
 
 
 def driver_upgrade_command(packages: tuple[str, ...], containers: tuple[int, ...]) -> str:
