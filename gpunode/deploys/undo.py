@@ -43,7 +43,7 @@ from gpunode.roles.verify_timer import METRICS_FILE_NAME, UNIT_DIR, VERIFY_TIMER
 from gpunode.roles.verify_timer import OWNED_FILES as VERIFY_FILES
 
 RELOAD = "systemctl daemon-reload"
-AFTER = {BOOT_UNIT_FILE: RELOAD, SYSTEMD_MEMLOCK_FILE: "systemctl daemon-reexec",
+AFTER = {BOOT_UNIT_FILE: RELOAD, SYSTEMD_MEMLOCK_FILE: RELOAD,
          NODES_UNIT_FILE: RELOAD, MODPROBE_FILE: INITRAMFS_REFRESH,
          GPUNODE_GRUB_DROPIN: "update-grub",
          **{path: RELOAD for path in VERIFY_FILES if path.startswith(UNIT_DIR)}}

@@ -51,7 +51,8 @@ def unit_enabled_and_running(unit: str, reloaded: bool = False):
 
     + unit: full unit name (gpunode-tune.service)
     + reloaded: systemd re-read its units after the unit's files in this run (a
-      daemon-reexec), so `enable` skips its own reload (--no-reload, ~1.7 s on the lab guest)
+      daemon-reload after the memlock drop-in), so `enable` skips its own reload (--no-reload,
+      ~1.7 s on the lab guest)
     """
     active, enabled = node().unit(unit).active, node().unit(unit).enabled
     if active and enabled:
@@ -68,19 +69,19 @@ def unit_enabled_and_running(unit: str, reloaded: bool = False):
 
 
 def unit_files(unit: str, files: list[tuple[str, str, dict[str, Any]]],
-               reexec_follows: bool = False) -> None:
+               reload_follows: bool = False) -> None:
     """Write the files (template, dest, variables) behind a unit gpunode enables, with one
     reload of systemd for all of them (~1.7 s each on the lab guest): none when the unit is
     not enabled yet, as the `systemctl enable` that follows reloads systemd itself (unless
     --no-reload), else a daemon-reload after the last file whose text changes. Planned from
-    the snapshot, like the writes themselves. None either when a daemon-reexec follows in
-    this run (reexec_follows): it re-reads every unit."""
+    the snapshot, like the writes themselves. None either when a daemon-reload follows in
+    this run (reload_follows: the memlock drop-in's): it re-reads every unit."""
     texts = [(dest, render_template(template, **variables)) for template, dest, variables
              in files]
     changing = [dest for dest, text in texts
                 if (state := node().file(dest)) is None or state.sha1 != sha1_text(text)]
     reloaded_by_enable = systemd_booted() and not node().unit(unit).enabled
-    last = None if reloaded_by_enable or reexec_follows or not changing else changing[-1]
+    last = None if reloaded_by_enable or reload_follows or not changing else changing[-1]
     for dest, text in texts:
         owned_file(name=f"Write {dest}", dest=dest, text=text,
                    after=DAEMON_RELOAD if dest == last else None)
@@ -88,7 +89,7 @@ def unit_files(unit: str, files: list[tuple[str, str, dict[str, Any]]],
 
 def unit_enabled_at_boot(unit: str, why: str, reloaded: bool = False) -> None:
     """Add the operation that enables and starts a unit gpunode wrote (reloaded: a
-    daemon-reexec of this run already re-read it); on a host not booted with systemd, say
+    daemon-reload of this run already re-read it); on a host not booted with systemd, say
     the unit is written and not enabled instead."""
     if systemd_booted():
         unit_enabled_and_running(name=f"Enable {unit} ({why})", unit=unit, reloaded=reloaded)

@@ -136,7 +136,7 @@ class NodeProfile(ProfileModel):
         description="RLIMIT_MEMLOCK for the host: 'unlimited' or bytes (65536 up to 2**50).",
         json_schema_extra=setting_doc(
             why="RLIMIT_MEMLOCK ~63 GB",
-            runtime="`systemctl daemon-reexec`",
+            runtime="`systemctl daemon-reload` (systemd re-reads system.conf.d on reload)",
             persistence="`/etc/security/limits.d/90-gpunode-memlock.conf` + `DefaultLimitMEMLOCK`",
             readback="`systemctl show -p DefaultLimitMEMLOCK`",
         ),

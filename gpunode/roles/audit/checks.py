@@ -214,7 +214,7 @@ def check_memlock(profile: NodeProfile, snap: NodeSnapshot) -> list[Check]:
     if live == want:
         return [ok("memlock (systemd default)", live, want)]
     return [Check(name="memlock (systemd default)", status="P0", live=live, want=want,
-                  fix=f"DefaultLimitMEMLOCK={want} + systemctl daemon-reexec ({DEPLOY_FIX})",
+                  fix=f"DefaultLimitMEMLOCK={want} + systemctl daemon-reload ({DEPLOY_FIX})",
                   deploy_fixes=True)]
 
 

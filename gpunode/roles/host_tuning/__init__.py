@@ -22,7 +22,7 @@ from gpunode.ops.changes import log_wrapped
 from gpunode.ops.cpu import cstate_script_variables
 from gpunode.ops.files import owned_file, render_template, sha1_text, template_file
 from gpunode.ops.preflight import uninstallable
-from gpunode.ops.services import unit_enabled_at_boot, unit_files
+from gpunode.ops.services import DAEMON_RELOAD, unit_enabled_at_boot, unit_files
 from gpunode.ops.sysctl import absent_sysctls
 from gpunode.profile.danger import hugepages_above_memory
 from gpunode.profile.node import NodeProfile
@@ -120,7 +120,7 @@ def pciutils_note() -> str | None:
             "(vendor, device, class, NUMA node, link speed/width)")
 
 
-def tune_devices_and_cpu(profile: NodeProfile, reexec_follows: bool = False) -> None:
+def tune_devices_and_cpu(profile: NodeProfile, reload_follows: bool = False) -> None:
     missing = pciutils_note()
     if missing:
         log_wrapped(logger.warning, f"{host.name}: {missing}")
@@ -145,7 +145,7 @@ def tune_devices_and_cpu(profile: NodeProfile, reexec_follows: bool = False) -> 
                   **boot_script_variables(profile))
     unit_files(BOOT_UNIT, [("systemd/gpunode-tune.service.j2", BOOT_UNIT_FILE,
                             {"script": BOOT_SCRIPT, "persistence": profile.gpu_persistence})],
-               reexec_follows=reexec_follows)
+               reload_follows=reload_follows)
 
 
 def needs(profile: NodeProfile) -> Needs:
@@ -162,8 +162,8 @@ def memlock_text(profile: NodeProfile) -> str:
                            memlock_systemd=memlock_values(profile.memlock)[1])
 
 
-def reexec_planned(profile: NodeProfile) -> bool:
-    """Does this run rewrite the manager's memlock drop-in (so re-execute systemd)? Planned
+def reload_planned(profile: NodeProfile) -> bool:
+    """Does this run rewrite the manager's memlock drop-in (so reload systemd)? Planned
     from the snapshot, like the write itself."""
     state = node().file(SYSTEMD_MEMLOCK_FILE)
     return state is None or state.sha1 != sha1_text(memlock_text(profile))
@@ -173,7 +173,7 @@ def tune_memlock(profile: NodeProfile) -> None:
     kib, _ = memlock_values(profile.memlock)
     template_file("limits/90-gpunode-memlock.conf.j2", LIMITS_FILE, memlock_kib=kib)
     owned_file(name=f"Write {SYSTEMD_MEMLOCK_FILE}", dest=SYSTEMD_MEMLOCK_FILE,
-               text=memlock_text(profile), after="systemctl daemon-reexec")
+               text=memlock_text(profile), after=DAEMON_RELOAD)
 
 
 @deploy("gpunode: tuning")
@@ -182,9 +182,9 @@ def host_tuning(profile: NodeProfile) -> None:
     packages_present(name="Install the tools gpunode reads and writes with", packages=PACKAGES)
     tune_sysctls(profile)
     tune_modules(profile)
-    # The boot unit's files go before the memlock drop-in: its daemon-reexec re-reads them,
+    # The boot unit's files go before the memlock drop-in: its daemon-reload re-reads them,
     # so neither a daemon-reload after them nor `enable`'s own reload is needed.
-    reexec = reexec_planned(profile)
-    tune_devices_and_cpu(profile, reexec_follows=reexec)
+    reload = reload_planned(profile)
+    tune_devices_and_cpu(profile, reload_follows=reload)
     tune_memlock(profile)
-    unit_enabled_at_boot(BOOT_UNIT, "re-applies at boot", reloaded=reexec)
+    unit_enabled_at_boot(BOOT_UNIT, "re-applies at boot", reloaded=reload)

@@ -44,9 +44,9 @@ the schema (gpunode/profile/node.py); the list below is generated from it (make 
   performance, powersave, schedutil, ondemand, conservative, userspace); None leaves it alone.
   Now: `scaling_governor`. At boot: boot unit. Read back: sysfs.
 - memlock (default `unlimited`): RLIMIT_MEMLOCK for the host: 'unlimited' or bytes (65536 up to
-  2**50). Why: RLIMIT_MEMLOCK ~63 GB. Now: `systemctl daemon-reexec`. At boot:
-  `/etc/security/limits.d/90-gpunode-memlock.conf` + `DefaultLimitMEMLOCK`. Read back:
-  `systemctl show -p DefaultLimitMEMLOCK`.
+  2**50). Why: RLIMIT_MEMLOCK ~63 GB. Now: `systemctl daemon-reload` (systemd re-reads
+  system.conf.d on reload). At boot: `/etc/security/limits.d/90-gpunode-memlock.conf` +
+  `DefaultLimitMEMLOCK`. Read back: `systemctl show -p DefaultLimitMEMLOCK`.
 - pcie_acs_redirect (default `keep`): off clears the ACS redirect bits (SrcValid, ReqRedir,
   CmpltRedir, UpstreamFwd, EgressCtrl) with a masked write of ECAP_ACS+0x6 on the bridges above
   the pcie_selector devices only, now and at every boot, so GPU peer-to-peer traffic stays in
