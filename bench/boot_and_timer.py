@@ -80,7 +80,7 @@ def unit_times(vm: LabVM, unit: str) -> dict[str, float]:
 
 def timed_in_guest(vm: LabVM, command: str) -> tuple[float, float]:
     """(wall s, CPU s: user + system) of a command in the guest, by bash's `time`."""
-    script = f"{TIMES}; time ( {command} ) >/dev/null 2>&1"
+    script = f"{TIMES}; {{ time ( {{ {command} ; }} >/dev/null 2>&1 ) ; }} 2>&1"
     out = guest(vm, f"bash -c {shlex.quote(script)} 2>&1 | tail -n 1")
     wall, user, system = (float(x) for x in out.split()[-3:])
     return wall, user + system
