@@ -92,13 +92,16 @@ def holder_from_line(line: str) -> GpuHolder | None:
                      container=int(m.group(1)) if m else None)
 
 
+HOLDER_PIDS = ("find /proc/[0-9]*/fd -maxdepth 1 -lname '/dev/nvidia*' 2>/dev/null "
+               "| sed -n 's#^/proc/\\([0-9]*\\)/fd/.*#\\1#p' | sort -u")
+"""Shell: the PIDs with a /dev/nvidia* file open, one a line: one `find` over every
+/proc/PID/fd (a readlink a descriptor took 13 s on the lab guest, 0.2 s so). The read below
+and the switch's script (templates/shell/driver-upgrade.sh.j2) both use it."""
 HOLDERS = (
-    "echo '@@ holders'; for _du_p in $(find /proc/[0-9]*/fd -maxdepth 1 -lname '/dev/nvidia*' "
-    "2>/dev/null | sed -n 's#^/proc/\\([0-9]*\\)/fd/.*#\\1#p' | sort -u); do "
+    f"echo '@@ holders'; for _du_p in $({HOLDER_PIDS}); do "
     "printf '%s\\t%s\\t%s\\n' \"$_du_p\" \"$(cat /proc/$_du_p/comm 2>/dev/null)\" "
     "\"$(head -n1 /proc/$_du_p/cgroup 2>/dev/null)\"; done")
-"""PID, command and first cgroup line of each process with a /dev/nvidia* file open: one `find`
-over every /proc/PID/fd (a readlink a descriptor took 13 s on the lab guest, 0.2 s so)."""
+"""PID, command and first cgroup line of each process with a /dev/nvidia* file open."""
 
 
 def driver_upgrade_command(packages: tuple[str, ...], containers: tuple[int, ...]) -> str:

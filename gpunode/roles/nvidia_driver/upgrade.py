@@ -7,7 +7,12 @@ from __future__ import annotations
 from pyinfra import host
 from pyinfra.operations import server
 
-from gpunode.facts.driver_upgrade import RECORD_FILE, DriverUpgradeRead, DriverUpgradeState
+from gpunode.facts.driver_upgrade import (
+    HOLDER_PIDS,
+    RECORD_FILE,
+    DriverUpgradeRead,
+    DriverUpgradeState,
+)
 from gpunode.facts.snapshot import Needs, Part, node
 from gpunode.ops.changes import report_change
 from gpunode.ops.nvidia_pin import nvidia_pin
@@ -47,7 +52,7 @@ def script_variables(plan: UpgradePlan, next_kernel: str | None) -> dict:
     return {"host": plan.host, "old": plan.old, "new": plan.new, "packages": plan.packages,
             "containers": plan.containers, "stop": plan.stop, "next_kernel": next_kernel,
             "module_action": plan.module_action, "record_file": RECORD_FILE,
-            "record_dir": RECORD_FILE.rsplit("/", 1)[0]}
+            "record_dir": RECORD_FILE.rsplit("/", 1)[0], "holder_pids": HOLDER_PIDS}
 
 
 def driver_upgrade(profile: NodeProfile, plan: UpgradePlan) -> None:
