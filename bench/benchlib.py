@@ -13,13 +13,16 @@ import os
 import platform
 import re
 import resource
+import shutil
 import signal
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 BENCH_LINE = re.compile(r"^BENCH (\{.*\})\s*$", re.MULTILINE)
@@ -28,6 +31,20 @@ PLAY_RECAP = re.compile(
     r"^(\S+)\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", re.MULTILINE
 )
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def own_lab_vm(suite: str, name: str) -> tuple[Any, Path]:
+    """A lab VM of the bench's own (not booted): the suite's cached image, a fresh run dir
+    <lab cache>/NAME/run (never the one `python -m lab up` or the tests use); (vm, NAME dir)."""
+    sys.path.insert(0, str(REPO))
+    from lab.image import SUITE_ENV, cache_dir, ensure_host_tools, ensure_image
+    from lab.vm import RUN_DIR_ENV, LabVM
+    os.environ[SUITE_ENV] = suite
+    ensure_host_tools()
+    work = cache_dir() / name
+    shutil.rmtree(work, ignore_errors=True)
+    os.environ[RUN_DIR_ENV] = str(work / "run")
+    return LabVM(work / "run", ensure_image()), work
 
 
 def stop_on_sigterm() -> None:

@@ -30,9 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
-import shutil
 import statistics
 import sys
 import time
@@ -42,11 +40,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchlib import own_lab_vm  # noqa: E402
+
 from gpunode.roles.host_tuning import BOOT_SCRIPT, BOOT_UNIT  # noqa: E402
 from gpunode.roles.verify_timer import VERIFY_SCRIPT, VERIFY_SERVICE  # noqa: E402
-from lab.image import SUITE_ENV, cache_dir, ensure_host_tools, ensure_image  # noqa: E402
 from lab.profile import LAB_SELECTOR  # noqa: E402
-from lab.vm import RUN_DIR_ENV, LabVM  # noqa: E402
+from lab.vm import LabVM  # noqa: E402
 from tests.lab.pyinfra_cli import run_pyinfra  # noqa: E402
 
 BOOT_TIMEOUT_S = 900.0
@@ -117,12 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    os.environ[SUITE_ENV] = args.suite
-    ensure_host_tools()
-    work = cache_dir() / "boot-bench"
-    shutil.rmtree(work, ignore_errors=True)
-    os.environ[RUN_DIR_ENV] = str(work / "run")
-    vm = LabVM(work / "run", ensure_image())
+    vm, _ = own_lab_vm(args.suite, "boot-bench")
     started = time.monotonic()
     try:
         vm.start()

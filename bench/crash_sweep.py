@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import shutil
 import subprocess
@@ -44,10 +43,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from benchlib import own_lab_vm  # noqa: E402
+
 from gpunode.facts.owned import ABSENT_SUFFIX, STATE_DIR, original_path  # noqa: E402
 from gpunode.ops.files import COPY_SUFFIX, NEW_INFIX  # noqa: E402
-from lab.image import SUITE_ENV, cache_dir, ensure_host_tools, ensure_image  # noqa: E402
-from lab.vm import RUN_DIR_ENV, LabVM  # noqa: E402
+from lab.vm import LabVM  # noqa: E402
 from tests.lab.node_snapshot import PATHS  # noqa: E402
 from tests.lab.pyinfra_cli import LAB_INVENTORY, pyinfra_bin, run_pyinfra  # noqa: E402
 
@@ -247,13 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--undo-cuts", type=int, default=3, help="cuts across an undo")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args(argv)
-    os.environ[SUITE_ENV] = args.suite
-    ensure_host_tools()
-    work = cache_dir() / "crash-sweep"
-    shutil.rmtree(work, ignore_errors=True)
+    vm, work = own_lab_vm(args.suite, "crash-sweep")
     (work / "logs").mkdir(parents=True)
-    os.environ[RUN_DIR_ENV] = str(work / "run")
-    vm = LabVM(work / "run", ensure_image())
     started = time.monotonic()
     results: list[dict] = []
     try:
