@@ -7,10 +7,13 @@ Host.put_file (SFTP uploads) and Host.get_fact (which fact ran, how often), and 
 line to stderr at exit:
 
     BENCH {"remote_commands": N, "uploads": U, "facts": {"Fact(args)": n, ...},
-           "fact_commands": F, "per_host": {...}, "fact_cache": {...}, "wall_s": T}
+           "fact_commands": F, "per_host": {...}, "fact_cache": {...}, "wall_s": T,
+           "commands_s": C, "slowest": [[seconds, "command..."], ...]}
 
 remote_commands counts every shell command, fact reads included (fact_commands of them);
-uploads are separate SFTP transfers. Measurement only: nothing here is imported by gpunode.
+uploads are separate SFTP transfers; commands_s is the time spent in remote commands and
+slowest the 8 longest of them (where a run's time goes). Measurement only: nothing here is
+imported by gpunode.
 
 With GPUNODE_BENCH_CAPTURE=PREFIX it also writes the run's first NodeRead (gpunode's one read)
 as it went to the host: PREFIX.read.sh, the exact command string the SSH connector sent
@@ -35,6 +38,7 @@ from pyinfra.api.host import Host
 COUNTS: Counter[str] = Counter()
 UPLOADS: Counter[str] = Counter()
 FACTS: Counter[str] = Counter()
+TIMES: list[tuple[float, str]] = []  # each remote command: (seconds, its first 160 characters)
 STARTED = time.monotonic()
 _run = Host.run_shell_command
 _put = Host.put_file
@@ -44,9 +48,19 @@ CAPTURE = os.environ.get("GPUNODE_BENCH_CAPTURE")
 _capturing = {"pending": False, "done": False}
 
 
+def _command_label(args: tuple, kwargs: dict) -> str:
+    command = kwargs.get("command", args[0] if args else "")
+    text = command.get_raw_value() if hasattr(command, "get_raw_value") else str(command)
+    return " ".join(text.split())[:160]
+
+
 def _counted_run(self, *args, **kwargs):
     COUNTS[self.name] += 1
-    return _run(self, *args, **kwargs)
+    started = time.monotonic()
+    try:
+        return _run(self, *args, **kwargs)
+    finally:
+        TIMES.append((round(time.monotonic() - started, 3), _command_label(args, kwargs)))
 
 
 def _counted_put(self, *args, **kwargs):
@@ -103,6 +117,8 @@ def _report() -> None:
         "per_host": dict(COUNTS),
         "fact_cache": {"hits": cache.hits, "misses": cache.misses} if cache else None,
         "wall_s": round(time.monotonic() - STARTED, 2),
+        "commands_s": round(sum(t for t, _ in TIMES), 2),
+        "slowest": sorted(TIMES, reverse=True)[:8],
     }
     sys.stderr.write("BENCH " + json.dumps(payload) + "\n")
 
