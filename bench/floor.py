@@ -36,6 +36,7 @@ lab node) and the roles' own parts (Needs.parts): `uncovered()` names them.
 
 from __future__ import annotations
 
+import re
 import shlex
 from typing import Any
 
@@ -179,3 +180,27 @@ def uncovered(needs: dict[str, Any]) -> list[str]:
                    "(GPU / Proxmox hosts only)")
     out += [f"the role part {name}" for name in needs.get("parts", ())]
     return out
+
+
+SECTION_BEGIN = re.compile(r"echo @@gpunode-read:begin:([a-z_]+);")
+STAMP = "@@gpunode-stamp"
+
+
+def stamped(one_read: str) -> str:
+    """The one read's command with the guest's clock (/proc/uptime, read by the shell's own
+    `read`: no process) printed before each section and at the end, for `section_seconds`.
+    The stamps hold no quote, so they stay inside the command's quoting as they are."""
+    stamp = f"read -r up _ < /proc/uptime; echo {STAMP} %s $up;"
+    body = SECTION_BEGIN.sub(lambda m: stamp % m.group(1) + " " + m.group(0), one_read)
+    end = body.rstrip().rfind("'")  # the end of sh -c '...'
+    if not body.lstrip().startswith("sh -c '") or end <= 0:
+        return body
+    return body[:end] + "; " + stamp % "end" + body[end:]
+
+
+def section_seconds(output: str) -> dict[str, float]:
+    """Each section's seconds on the guest, from a `stamped` read's output."""
+    marks = [line.split() for line in output.splitlines() if line.startswith(STAMP + " ")]
+    marks = [m for m in marks if len(m) == 3]
+    return {name: round(float(after[2]) - float(up), 3)
+            for (_, name, up), after in zip(marks, marks[1:], strict=False)}

@@ -71,7 +71,13 @@ from benchlib import (  # noqa: E402
     timed,
     write_json,
 )
-from floor import floor_command, floor_sources, uncovered  # noqa: E402
+from floor import (  # noqa: E402
+    floor_command,
+    floor_sources,
+    section_seconds,
+    stamped,
+    uncovered,
+)
 
 from gpunode.facts.lock import LOCK_FILE  # noqa: E402
 from lab.image import cache_dir, ensure_image, lab_suite  # noqa: E402
@@ -259,7 +265,8 @@ class Bench:
             # The one read takes the node lock, held until its session ends (the holder polls
             # each second); the previous replay's, same run id, would pass as ours: wait it out.
             self.vm.ssh(f"flock -w 60 {LOCK_FILE} true", timeout=90)
-            c.append(self.ssh_run(f"(c) one read #{i}", one_read, f"floor-c-one-read-{i}"))
+            c.append(self.ssh_run(f"(c) one read #{i}", stamped(one_read),
+                                  f"floor-c-one-read-{i}"))
         return floor_figures(
             noop_walls=[r.wall_s for r in noops], noop_cpu=[r.cpu_s for r in noops],
             a=a, b=b, c=c, paramiko_true=paramiko_true,
@@ -269,6 +276,8 @@ class Bench:
                 "one_read_command_chars": len(one_read),
                 "one_read_sections": one_read.count("@@gpunode-read:begin:"),
                 "one_read_sections_ended": [_ended_sections(Path(r.log)) for r in c],
+                "one_read_section_median_s": section_medians(
+                    [section_seconds(Path(r.log).read_text(errors="replace")) for r in c]),
                 "floor_command": floor,
                 "floor_sources": floor_sources(needs),
                 "floor_not_covered": uncovered(needs),
@@ -298,6 +307,13 @@ class Bench:
         run = self.pyinfra("gpunode host.py first converge", "deploy/host.py",
                            "gpunode-host-converge")
         return {"host_converge": run.as_dict()}
+
+
+def section_medians(runs: list[dict[str, float]]) -> dict[str, float]:
+    """Each section's median seconds over the (c) replays, slowest first."""
+    names = {name for run in runs for name in run}
+    medians = {n: median([run[n] for run in runs if n in run]) or 0.0 for n in names}
+    return dict(sorted(medians.items(), key=lambda item: -item[1]))
 
 
 def _ended_sections(log: Path) -> int:
@@ -433,6 +449,10 @@ def print_floor(floor: dict | None) -> None:
         ("(d) controller CPU of a no-op (pyinfra)", floor["noop_cpu_median_s"], "noop_cpu_s"),
     ):
         print(f"  {label:48} {fig(value):>9}  {runs(key) if key else ''}")
+    slowest = list((floor.get("one_read_section_median_s") or {}).items())[:8]
+    if slowest:
+        print("  (c)'s slowest sections on the guest: "
+              + ", ".join(f"{name} {s:.2f} s" for name, s in slowest))
     print(f"  no-op / floor: {floor['ratio_noop_floor']}x; where the rest goes: "
           f"no-op - (c) = {fig(w['controller_and_pyinfra_s'])} (controller + pyinfra, "
           f"{fig(w['controller_cpu_s'])} of it CPU here), (c) - (b) = {fig(w['read_extra_s'])} "

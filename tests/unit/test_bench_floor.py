@@ -5,6 +5,7 @@ a command the shell accepts. Without this the floor drifts from the read it is t
 from __future__ import annotations
 
 import json
+import shlex
 import shutil
 import subprocess
 
@@ -62,3 +63,21 @@ def test_says_what_it_leaves_out():
 @pytest.mark.skipif(shutil.which("sh") is None, reason="no sh")
 def test_the_shell_accepts_it():
     subprocess.run(["sh", "-n", "-c", floor_command(RECORD)], check=True)
+
+
+def test_a_stamped_read_times_each_section_and_keeps_its_output():
+    """The replay's per-section stamps: the command stays one `sh -c '...'` word with its
+    quoting, its sections' output is untouched, and each section gets its seconds."""
+    from bench.floor import section_seconds, stamped
+
+    read = ("sh -c 'echo @@gpunode-read:begin:one; { echo '\"'\"'a b'\"'\"'; }; "
+            "echo @@gpunode-read:begin:two; { sleep 0.2; echo c; }; true'")
+    command = stamped(read)
+    assert len(shlex.split(command)) == 3
+    out = subprocess.run(command, shell=True, capture_output=True, text=True, check=True).stdout
+    kept = [line for line in out.splitlines() if not line.startswith("@@gpunode-stamp")]
+    plain = subprocess.run(read, shell=True, capture_output=True, text=True, check=True).stdout
+    assert kept == plain.splitlines()
+    seconds = section_seconds(out)
+    assert set(seconds) == {"one", "two"}
+    assert seconds["two"] >= 0.15 and seconds["one"] < seconds["two"]
