@@ -41,6 +41,7 @@ import shlex
 from typing import Any
 
 from gpunode.facts.kernel_params import sysctl_path
+from gpunode.facts.node_read import BEGIN
 from gpunode.facts.owned import ABSENT_SUFFIX, STATE_FILE, original_path
 
 # Read by every NodeRead whatever the needs (sections(): cmdline, cpu, kernel, mrrs_refused):
@@ -182,7 +183,7 @@ def uncovered(needs: dict[str, Any]) -> list[str]:
     return out
 
 
-SECTION_BEGIN = re.compile(r"echo @@gpunode-read:begin:([a-z_]+);")
+SECTION_BEGIN = re.compile(rf"echo {re.escape(BEGIN)}([a-z_]+);")  # node_read.section_command
 STAMP = "@@gpunode-stamp"
 
 

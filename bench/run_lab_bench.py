@@ -80,6 +80,7 @@ from floor import (  # noqa: E402
 )
 
 from gpunode.facts.lock import LOCK_FILE  # noqa: E402
+from gpunode.facts.node_read import BEGIN, END  # noqa: E402
 from lab.image import cache_dir, ensure_image, lab_suite  # noqa: E402
 from lab.vm import RUN_DIR_ENV, LabVM  # noqa: E402
 
@@ -274,7 +275,7 @@ class Bench:
                 "needs_from": str(source.with_suffix(".needs.json")),
                 "one_read_command": str(source.with_suffix(".read.sh")),
                 "one_read_command_chars": len(one_read),
-                "one_read_sections": one_read.count("@@gpunode-read:begin:"),
+                "one_read_sections": one_read.count(BEGIN),
                 "one_read_sections_ended": [_ended_sections(Path(r.log)) for r in c],
                 "one_read_section_median_s": section_medians(
                     [section_seconds(Path(r.log).read_text(errors="replace")) for r in c]),
@@ -318,7 +319,7 @@ def section_medians(runs: list[dict[str, float]]) -> dict[str, float]:
 
 def _ended_sections(log: Path) -> int:
     """Parts of the one read that ran to their end marker (all of them: the replay worked)."""
-    return log.read_text(errors="replace").count("@@gpunode-read:end:")
+    return log.read_text(errors="replace").count(END)
 
 
 def _sub(x: float | None, y: float | None) -> float | None:

@@ -11,7 +11,14 @@ import subprocess
 
 import pytest
 
-from bench.floor import floor_command, floor_sources, needs_record, uncovered
+from bench.floor import (
+    floor_command,
+    floor_sources,
+    needs_record,
+    section_seconds,
+    stamped,
+    uncovered,
+)
 from gpunode.facts.kernel_params import sysctl_path
 from gpunode.facts.snapshot import Needs, combined
 from gpunode.profile.node import NodeProfile
@@ -68,8 +75,6 @@ def test_the_shell_accepts_it():
 def test_a_stamped_read_times_each_section_and_keeps_its_output():
     """The replay's per-section stamps: the command stays one `sh -c '...'` word with its
     quoting, its sections' output is untouched, and each section gets its seconds."""
-    from bench.floor import section_seconds, stamped
-
     read = ("sh -c 'echo @@gpunode-read:begin:one; { echo '\"'\"'a b'\"'\"'; }; "
             "echo @@gpunode-read:begin:two; { sleep 0.2; echo c; }; true'")
     command = stamped(read)
