@@ -18,7 +18,7 @@ def test_reboot_that_never_returns_times_out_naming_the_host(lab_vm):
     rc, _, err = lab_vm.ssh("systemctl mask ssh.service ssh.socket >/dev/null 2>&1; true")
     assert rc == 0, err
     run = run_pyinfra("deploy/site.py", "-y", env={
-        "GPUNODE_LAB_REBOOT": "1", "GPUNODE_LAB_REBOOT_TIMEOUT": "45",
+        "GPUNODE_LAB_REBOOT": "1", "GPUNODE_LAB_REBOOT_TIMEOUT": "30",
         "GPUNODE_LAB_CMDLINE": "gpunode_reboot_test=1"}, timeout=900)
     assert run.returncode != 0
     assert HOST_NAME in run.log
