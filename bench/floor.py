@@ -12,7 +12,9 @@ each tool run once, in one shell, over one ssh connection:
     dpkg-query -W (all packages, once)                      packages, holds, kernels, headers
     systemctl show -p Id -p SubState -p UnitFileState UNITS units
     modinfo -F name MODULES                                 modules available (+ nvidia's)
-    find /lib/modules -name 'nvidia.ko*'                    each kernel's NVIDIA module
+    find /lib/modules (kernel/ pruned) -name 'nvidia.ko*'   each kernel's NVIDIA module (as
+                                                            KernelModuleTrees; its two in-tree
+                                                            globs are the shell's, no process)
     journalctl -k -b                                        the kernel log (the audit's Xids)
     nvidia-smi, pveversion, proxmox-boot-tool, pct list     only where installed (the shell's
                                                             `command -v` decides, no process)
@@ -79,6 +81,8 @@ AUDIT_FILES = (
 )
 AUDIT_LISTINGS = ("/sys/kernel/iommu_groups", "/dev/nvidia*", "/dev/nvidia-caps")
 GLOBS = frozenset((*FIXED_FILES, *AUDIT_FILES, *AUDIT_LISTINGS))
+# each kernel's NVIDIA module: KernelModuleTrees' find, its in-tree kernel/ folder pruned
+FIND = "/lib/modules -path '/lib/modules/*/kernel' -prune -o -name 'nvidia.ko*' -print"
 DPKG_FORMAT = "${db:Status-Want} ${db:Status-Abbrev} ${binary:Package} ${Version}\\n"
 
 
@@ -139,7 +143,7 @@ def floor_sources(needs: dict[str, Any]) -> dict[str, list[str]]:
                                            or kernels) else [],
         "systemctl": list(needs.get("units", ())),
         "modinfo": _unique(modules),
-        "find": ["/lib/modules -name 'nvidia.ko*'"] if kernels else [],
+        "find": [FIND] if kernels else [],
         "journalctl": ["-k -b -q --no-pager -o short-monotonic"] if audit else [],
         "where installed": guarded,
     }
@@ -160,7 +164,7 @@ def floor_command(needs: dict[str, Any]) -> str:
     if src["modinfo"]:
         parts.append(f"modinfo -F name -- {_words(src['modinfo'])}")
     if src["find"]:
-        parts.append("find /lib/modules -name 'nvidia.ko*'")
+        parts.append(f"find {FIND}")
     if src["journalctl"]:
         parts.append(f"journalctl {src['journalctl'][0]}")
     for command in src["where installed"]:

@@ -58,6 +58,7 @@ from gpunode.facts.proxmox import (
 )
 from gpunode.facts.sections import (
     MARKER,
+    grep_lines_command,
     ls_command,
     section_command,
     split_sections,
@@ -231,7 +232,7 @@ SHARED_PARTS: dict[str, str] = {
 
 AUDIT_SECTIONS: list[tuple[str, str]] = [
     ("iommu_groups", ls_command("/sys/kernel/iommu_groups")),
-    ("iommu_types", "grep -H . /sys/kernel/iommu_groups/*/type"),
+    ("iommu_types", grep_lines_command("/sys/kernel/iommu_groups/*/type")),
     ("nvlink", "command -v nvidia-smi >/dev/null && nvidia-smi nvlink -s 2>&1"),
     ("persistenced", _PERSISTENCED),
     ("topo_m", "command -v nvidia-smi >/dev/null && nvidia-smi topo -m"),

@@ -75,9 +75,17 @@ def boot_module_problem(version: str, trees: BootModules, proxmox: bool) -> str 
             f"ls /lib/modules/{version}/updates/dkms/")
 
 
+# Where an nvidia.ko lives inside a kernel's own kernel/ tree (else it is outside it: DKMS's
+# updates/dkms, extra/): NVIDIA's .run installer (kernel/drivers/video) and Ubuntu's precompiled
+# linux-modules-nvidia-* (kernel/nvidia-<branch>). `find` skips the rest of kernel/, the
+# in-tree modules (thousands of files a kernel): 0.28 s -> 0.09 s in the lab's TCG guest.
+IN_TREE_GLOBS = ("kernel/drivers/video/nvidia.ko*", "kernel/nvidia*/nvidia.ko*")
+
+
 class KernelModuleTrees(FactBase):
-    """Each installed kernel's NVIDIA modules and build link (one `find` for all kernels; the
-    headers packages come from the run's one dpkg read: gpunode.facts.snapshot)."""
+    """Each installed kernel's NVIDIA modules and build link (one `find` for all kernels, its
+    in-tree kernel/ folder pruned but for IN_TREE_GLOBS; the headers packages come from the
+    run's one dpkg read: gpunode.facts.snapshot)."""
 
     @staticmethod
     def default() -> BootModules:
@@ -86,7 +94,10 @@ class KernelModuleTrees(FactBase):
     def command(self) -> str:
         return ("for d in /lib/modules/*/; do [ -d \"$d\" ] || continue; v=${d%/}; v=${v##*/}; "
                 "echo \"kernel=$v\"; [ -e \"$d/build\" ] && echo \"build=$v\"; done; "
-                "find /lib/modules/ -mindepth 2 -name 'nvidia.ko*' 2>/dev/null; true")
+                "find /lib/modules/ -mindepth 2 -path '/lib/modules/*/kernel' -prune -o "
+                "-name 'nvidia.ko*' -print 2>/dev/null; for f in "
+                + " ".join(f"/lib/modules/*/{g}" for g in IN_TREE_GLOBS)
+                + "; do [ -e \"$f\" ] && echo \"$f\"; done; true")
 
     def process(self, output: list[str]) -> BootModules:
         return parse_kernel_trees("\n".join(output))

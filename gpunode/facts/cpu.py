@@ -9,6 +9,7 @@ from pyinfra.api import FactBase
 from gpunode.facts.sections import (
     FactModel,
     cat_command,
+    grep_lines_command,
     section_command,
     split_sections,
 )
@@ -126,13 +127,19 @@ def parse_cpu_sections(text: str) -> CpuState:
 
 CPU_COMMAND = "; ".join(
     [
-        section_command("vendor", "grep -m1 vendor_id /proc/cpuinfo"),
+        # builtins only (read, case), with grep's output ("vendor_id\t: ...", "PATH:VALUE"):
+        # a process costs ~50 ms in the lab's TCG guest (bench/README.md)
+        section_command(
+            "vendor",
+            "while IFS= read -r l; do case $l in *vendor_id*) printf '%s\\n' \"$l\"; break;; "
+            "esac; done < /proc/cpuinfo",
+        ),
         section_command("idle_driver", cat_command(f"{CPU_SYSFS}/cpuidle/current_driver")),
         section_command(
             "idle_states",
-            f"grep -H . {CPU_SYSFS}/cpu[0-9]*/cpuidle/state[0-9]*/name "
-            f"{CPU_SYSFS}/cpu[0-9]*/cpuidle/state[0-9]*/latency "
-            f"{CPU_SYSFS}/cpu[0-9]*/cpuidle/state[0-9]*/disable",
+            grep_lines_command(f"{CPU_SYSFS}/cpu[0-9]*/cpuidle/state[0-9]*/name "
+                               f"{CPU_SYSFS}/cpu[0-9]*/cpuidle/state[0-9]*/latency "
+                               f"{CPU_SYSFS}/cpu[0-9]*/cpuidle/state[0-9]*/disable"),
         ),
         section_command(
             "max_cstate",

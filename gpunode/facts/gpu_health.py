@@ -19,7 +19,7 @@ from pydantic import Field
 from pyinfra.api import FactBase
 
 from gpunode.facts.pcie import PcieDevice, normalize_bdf
-from gpunode.facts.sections import FactModel
+from gpunode.facts.sections import FactModel, grep_lines_command
 from gpunode.profile.check import Status
 
 XID_LINES_KEPT = 200
@@ -270,16 +270,17 @@ class PciSysfs(FactBase):
         return PciSysfsState()
 
     def command(self) -> str:
-        """The shell's own `read` picks the devices by class; then one grep of their files and
-        one of their AER counters (sysfs paths hold no spaces: plain word lists)."""
+        """The shell's own `read` picks the devices by class, then reads their files and their
+        AER counters' non-zero lines as `grep -H` prints them, without a process (sysfs paths
+        hold no spaces: plain word lists)."""
         files = " ".join(f"$d/{name}" for name in SYSFS_FILES)
         aer = " ".join(f"$d/{name}" for name in AER_FILES)
         return ("if command -v lspci >/dev/null 2>&1; then echo lspci=yes; else echo lspci=no; "
                 "fi; files=; aer=; for d in /sys/bus/pci/devices/*; do "
                 'read -r c < "$d/class" 2>/dev/null || continue; case "$c" in '
                 f'0x03*|0x0604*) files="$files {files}"; aer="$aer {aer}";; esac; done; '
-                "[ -n \"$files\" ] && grep -H . $files 2>/dev/null; "
-                "[ -n \"$aer\" ] && grep -H -v -E ' 0$' $aer 2>/dev/null; true")
+                + grep_lines_command("$files") + "; "
+                + grep_lines_command("$aer", skip="*' 0'") + "; true")
 
     def process(self, output: list[str]) -> PciSysfsState:
         return parse_pci_sysfs("\n".join(output))

@@ -21,7 +21,13 @@ from collections.abc import Iterable, Sequence
 from pydantic import Field
 
 from gpunode.facts.pcie import normalize_bdf
-from gpunode.facts.sections import MARKER, FactModel, section_command, split_sections
+from gpunode.facts.sections import (
+    MARKER,
+    FactModel,
+    grep_lines_command,
+    section_command,
+    split_sections,
+)
 
 __all__ = [
     "GPU_NUMA_COMMAND",
@@ -35,9 +41,12 @@ __all__ = [
 
 GPU_NUMA_COMMAND = "; ".join(
     [
+        # grep, not the shell's byte-a-call read: a node's cpulist is a binary attribute that
+        # reads empty that way (tests/unit/facts/test_builtin_reads.py)
         section_command("node_cpus", "grep -H . /sys/devices/system/node/node*/cpulist"),
         section_command(
-            "gpu_minors", "grep -H 'Device Minor' /proc/driver/nvidia/gpus/*/information"
+            "gpu_minors", "set -- /proc/driver/nvidia/gpus/*/information; [ -e \"$1\" ] && "
+            "grep -H 'Device Minor' \"$@\""
         ),
         section_command(
             "char_devices",
@@ -45,7 +54,7 @@ GPU_NUMA_COMMAND = "; ".join(
             "set -- $(stat -c '%t %T' \"$n\"); "
             "echo \"$n|$(readlink -f /sys/dev/char/$((0x$1)):$((0x$2))/device)\"; done",
         ),
-        section_command("pci_nodes", "grep -H . /sys/bus/pci/devices/*/numa_node"),
+        section_command("pci_nodes", grep_lines_command("/sys/bus/pci/devices/*/numa_node")),
     ]
 )
 

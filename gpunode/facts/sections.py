@@ -33,6 +33,16 @@ def cat_command(path: str) -> str:
     return f'while IFS= read -r l || [ -n "$l" ]; do printf \'%s\\n\' "$l"; done < {path}'
 
 
+def grep_lines_command(paths: str, skip: str = "") -> str:
+    """`grep -H . PATHS` in shell builtins (cat_command's rules: sysfs, not /proc/sys): each
+    non-empty line of each readable file as PATH:LINE. skip: a `case` pattern of lines to
+    leave out (`' 0'`: the lines `grep -v -E ' 0$'` drops). PATHS: globs or words, unquoted."""
+    skipped = f"{skip}) ;; " if skip else ""
+    return (f'for f in {paths}; do [ -f "$f" ] && [ -r "$f" ] || continue; '
+            f'while IFS= read -r l || [ -n "$l" ]; do case $l in \'\') ;; {skipped}'
+            f'*) printf \'%s:%s\\n\' "$f" "$l";; esac; done < "$f"; done')
+
+
 def ls_command(folder: str) -> str:
     """`ls FOLDER` in shell builtins: the names in it, one a line, sorted, hidden ones left out."""
     return (f'for e in {folder}/*; do if [ -e "$e" ] || [ -L "$e" ]; then '

@@ -79,3 +79,25 @@ def test_governors_and_cstate_caps_are_read_without_a_process_a_cpu(tmp_path):
     state = parse_cpu_sections(out)
     assert state.governors == {0: "performance", 1: "schedutil", 2: "performance"}
     assert state.max_cstate_params == {"processor.max_cstate": "1"}
+
+
+def test_vendor_and_idle_states_are_read_without_a_process(tmp_path):
+    """The vendor line and every cpuidle file come from builtins, in grep's own output: the
+    first vendor_id line of /proc/cpuinfo as is, and PATH:VALUE for each non-empty file."""
+    cpus = tmp_path / "cpu"
+    for n in range(2):
+        for s, (name, latency) in enumerate([("POLL", "0"), ("C1", "1")]):
+            state = cpus / f"cpu{n}" / "cpuidle" / f"state{s}"
+            state.mkdir(parents=True)
+            (state / "name").write_text(name + "\n")
+            (state / "latency").write_text(latency + "\n")
+            (state / "disable").write_text("0")  # no newline: still read
+    command = CPU_COMMAND.replace(CPU_SYSFS, str(cpus))
+    assert "grep" not in command
+    out = subprocess.run(["sh", "-c", command], capture_output=True, text=True).stdout
+    grep = subprocess.run(["grep", "-m1", "vendor_id", "/proc/cpuinfo"], capture_output=True,
+                          text=True).stdout
+    assert grep and grep in out  # x86: byte for byte as grep printed it
+    states = parse_cpu_sections(out).idle_states
+    assert [(s.cpu, s.name, s.latency_us, s.disabled) for s in states] == [
+        (0, "POLL", 0, False), (0, "C1", 1, False), (1, "POLL", 0, False), (1, "C1", 1, False)]

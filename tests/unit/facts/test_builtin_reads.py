@@ -1,5 +1,6 @@
-"""cat_command and ls_command (shell builtins instead of a process each) print what cat and ls
-print, run here in the real sh on scratch files; KernelCmdline's GRUB drop-ins through them."""
+"""cat_command, ls_command and grep_lines_command (shell builtins instead of a process each)
+print what cat, ls and grep -H print, run here in the real sh on scratch files (and this
+machine's sysfs); KernelCmdline's GRUB drop-ins through them."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gpunode.facts.cmdline import CMDLINE_COMMAND, GRUB_DROPIN_DIR, parse_cmdline_sections
-from gpunode.facts.sections import cat_command, ls_command
+from gpunode.facts.sections import cat_command, grep_lines_command, ls_command
 
 
 def sh(command: str) -> str:
@@ -66,3 +67,37 @@ def test_grub_dropins_are_read_through_the_builtin_cat(tmp_path: Path):
         str(tmp_path / "50-cloud.cfg"): 'GRUB_CMDLINE_LINUX_DEFAULT="console=ttyS0"\n',
         str(tmp_path / "90-last.cfg"): 'GRUB_CMDLINE_LINUX="$GRUB_CMDLINE_LINUX quiet"\n',
     }
+
+
+def test_grep_lines_command_prints_what_grep_prints(tmp_path):
+    """PATH:LINE for each non-empty line, as `grep -H .` (and `grep -H -v -E ' 0$'`, but for
+    empty lines) prints them; a missing file or an unmatched glob prints nothing."""
+    texts = {"one": "0x030000\n", "multi": "RxErr 0\nBadTLP 3\n\nTOTAL_ERR_COR 3\n",
+             "bare": "8.0 GT/s PCIe", "empty": "", "zeros": "RxErr 0\nTOTAL_ERR_COR 0\n"}
+    for name, text in texts.items():
+        (tmp_path / name).write_text(text)
+    paths = " ".join(str(tmp_path / n) for n in [*texts, "missing"]) + f" {tmp_path}/x*/none"
+    grep = subprocess.run(f"grep -H . {paths}", shell=True, capture_output=True, text=True)
+    assert sh(grep_lines_command(paths)) == grep.stdout
+    nonzero = subprocess.run(f"grep -H -v -E ' 0$' {paths}", shell=True, capture_output=True,
+                             text=True).stdout
+    assert sh(grep_lines_command(paths, skip="*' 0'")) == "".join(
+        line + "\n" for line in nonzero.splitlines() if not line.endswith(":"))
+    assert "BadTLP 3" in nonzero and sh(grep_lines_command(f"{tmp_path}/zeros", "*' 0'")) == ""
+
+
+# sysfs files the facts read with grep_lines_command, where this machine has them; a node's
+# cpulist is the counter-example: a binary attribute on newer kernels (6.18 here), it reads
+# empty a byte a call (so gpunode.facts.gpu_numa keeps grep for it)
+SYSFS_GLOBS = ["/sys/kernel/iommu_groups/*/type", "/sys/bus/pci/devices/*/numa_node",
+               "/sys/bus/pci/devices/*/class", "/sys/bus/pci/devices/*/current_link_speed",
+               "/sys/bus/pci/devices/*/max_link_width",
+               "/sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]*/name",
+               "/sys/devices/system/cpu/cpu[0-9]*/cpuidle/state[0-9]*/latency"]
+
+
+@pytest.mark.parametrize("glob", SYSFS_GLOBS)
+def test_grep_lines_command_on_this_machines_sysfs(glob):
+    grep = subprocess.run(f"grep -H . {glob}", shell=True, capture_output=True, text=True)
+    assert sh(grep_lines_command(glob)) == grep.stdout
+
