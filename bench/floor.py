@@ -42,6 +42,7 @@ import re
 import shlex
 from typing import Any
 
+from gpunode.facts.boot_modules import FIND_OUTSIDE_TREE
 from gpunode.facts.kernel_params import sysctl_path
 from gpunode.facts.node_read import BEGIN
 from gpunode.facts.owned import ABSENT_SUFFIX, STATE_FILE, original_path
@@ -81,8 +82,7 @@ AUDIT_FILES = (
 )
 AUDIT_LISTINGS = ("/sys/kernel/iommu_groups", "/dev/nvidia*", "/dev/nvidia-caps")
 GLOBS = frozenset((*FIXED_FILES, *AUDIT_FILES, *AUDIT_LISTINGS))
-# each kernel's NVIDIA module: KernelModuleTrees' find, its in-tree kernel/ folder pruned
-FIND = "/lib/modules -path '/lib/modules/*/kernel' -prune -o -name 'nvidia.ko*' -print"
+FIND = f"/lib/modules {FIND_OUTSIDE_TREE}"  # each kernel's NVIDIA module, as KernelModuleTrees
 DPKG_FORMAT = "${db:Status-Want} ${db:Status-Abbrev} ${binary:Package} ${Version}\\n"
 
 

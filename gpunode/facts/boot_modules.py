@@ -80,6 +80,8 @@ def boot_module_problem(version: str, trees: BootModules, proxmox: bool) -> str 
 # linux-modules-nvidia-* (kernel/nvidia-<branch>). `find` skips the rest of kernel/, the
 # in-tree modules (thousands of files a kernel): 0.28 s -> 0.09 s in the lab's TCG guest.
 IN_TREE_GLOBS = ("kernel/drivers/video/nvidia.ko*", "kernel/nvidia*/nvidia.ko*")
+FIND_OUTSIDE_TREE = "-path '/lib/modules/*/kernel' -prune -o -name 'nvidia.ko*' -print"
+"""find's expression after `find /lib/modules`: every nvidia.ko* but in the pruned kernel/."""
 
 
 class KernelModuleTrees(FactBase):
@@ -94,8 +96,7 @@ class KernelModuleTrees(FactBase):
     def command(self) -> str:
         return ("for d in /lib/modules/*/; do [ -d \"$d\" ] || continue; v=${d%/}; v=${v##*/}; "
                 "echo \"kernel=$v\"; [ -e \"$d/build\" ] && echo \"build=$v\"; done; "
-                "find /lib/modules/ -mindepth 2 -path '/lib/modules/*/kernel' -prune -o "
-                "-name 'nvidia.ko*' -print 2>/dev/null; for f in "
+                f"find /lib/modules/ -mindepth 2 {FIND_OUTSIDE_TREE} 2>/dev/null; for f in "
                 + " ".join(f"/lib/modules/*/{g}" for g in IN_TREE_GLOBS)
                 + "; do [ -e \"$f\" ] && echo \"$f\"; done; true")
 
